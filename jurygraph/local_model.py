@@ -178,7 +178,7 @@ class LocalChatModel(BaseChatModel):
 
         def run(messages: Any) -> Any:
             raw = self.invoke(messages, response_format=response_format,
-                              max_tokens=max(self.max_tokens, self.max_json_string + 64))
+                              max_tokens=max(self.max_tokens or 0, self.max_json_string + 64))
             parsed, error = None, None
             try:
                 parsed = schema.model_validate(json.loads(raw.text, strict=False))  # grammar allows raw newlines

@@ -388,7 +388,7 @@ def make_finalize_node(critic: CriticPersona, max_iterations: int, name: str = "
     return RunnableLambda(run, name=name)
 
 
-__all__ = ["COMMANDER", "CRITIC", "CRITIC_PERSONAS", "SCORER", "TIE_BREAKER", "CriticPersona", "DebateFrame",
-           "debate_prompt", "frame_task", "make_commander_node", "make_critic_node", "make_finalize_node",
-           "make_scorer_node", "make_tie_breaker_node", "next_step", "says_no_issue", "no_issue_in", "ends_debate",
-           "NO_ISSUE_RULES", "DEBATE_PARAMS"]
+__all__ = ["COMMANDER", "CRITIC", "CRITIC_PERSONAS", "DEBATE_PARAMS", "NO_ISSUE_RULES", "SCORER", "TIE_BREAKER",
+           "CriticPersona", "DebateFrame", "debate_prompt", "ends_debate", "frame_task", "make_commander_node",
+           "make_critic_node", "make_finalize_node", "make_scorer_node", "make_tie_breaker_node", "next_step",
+           "no_issue_in", "says_no_issue"]

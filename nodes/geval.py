@@ -287,7 +287,8 @@ def make_form_filling_node(
         # samples are read as text and never re-asked: an unreadable sample is a missing judgment
         reply = yield ModelRequest(agent=agent, role=role, messages=messages, n=n,
                                    params={"temperature": temperature, **SAMPLE_PARAMS[str(style)]})
-        named = [read_reply(form, str(style), f"{agent} #{i}", sample.text) for i, sample in enumerate(reply.samples, 1)]
+        named = [read_reply(form, str(style), f"{agent} #{i}", sample.text)
+                 for i, sample in enumerate(reply.samples, 1)]
         verdict = aggregate(named, TaskKind.SCORE)
         detail: dict[str, Any] = {"estimator": "samples", "n": n, "temperature": temperature,
                                   "scores": [j.score for j in named], "unreadable": verdict.n_missing}

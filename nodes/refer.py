@@ -416,6 +416,5 @@ def _final_judgment(name: str, item: EvalItem, verdict: Verdict, samples: Sequen
 
 
 __all__ = ["AREA_CHAIR_MAX_TOKENS", "FEEDBACK_MODES", "PEER_PARAMS", "Peer", "ReferTemplate", "area_chair_params",
-           "setting_of", "area_chair_verdict", "comment_of", "feedback_of",
-           "human_message", "item_slots", "make_area_chair_node", "make_peer_node", "peer_block",
-           "template_for"]
+           "area_chair_verdict", "comment_of", "feedback_of", "human_message", "item_slots", "make_area_chair_node",
+           "make_peer_node", "peer_block", "setting_of", "template_for"]
