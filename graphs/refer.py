@@ -157,9 +157,8 @@ def _cli_build(args: Any) -> ProtocolSetup:
         models[AREA_CHAIR] = ModelSpec.parse(args.area_chair, base_url=base_url)
     params = {"peers": len(specs) or 3, "variant": args.variant,
               "samples": variant_samples(args.variant, args.samples if args.variant == "turbo" else None),
-              "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file}
-    if args.lite_from_turbo:
-        params["lite_from_turbo"] = True
+              "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
+              "lite_from_turbo": args.lite_from_turbo}
     return ProtocolSetup(graph, models, params)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from jurygraph import EvalItem, JuryContext, ModelSpec, create_refer, verdict_of
+from jurygraph.cli import main
 from jurygraph.datasets import load_dataset
 from jurygraph.fake_server import prompt_of
 
@@ -132,3 +133,16 @@ def test_reasoning_peers_sample_at_1_and_the_area_chair_has_no_token_limit(opena
     assert sent(chair) == chair_params("reasoning", 6)
     # the majority of the samples' answers: B, B, C... -> i % 3 != 0 gives B four times of six
     assert verdict is not None and verdict.answer == "B" and verdict.votes == {"B": 4, "C": 2}
+
+
+def test_cli_records_the_lite_choice_in_the_manifest(openai_server, tmp_path: Path) -> None:
+    server = openai_server(responder)
+    url = server.base_url
+    args = ["eval", "--protocol", "refer", "--peers", f"openai:peer1@{url},openai:peer2@{url},openai:peer3@{url}",
+            "--area-chair", f"openai:chair@{url}", "--dataset", "topical-chat", "--aspect", "engagingness",
+            "--limit", "1", "--quiet", "--no-cache"]
+    assert main([*args, "--variant", "lite", "--lite-from-turbo", "--out", str(tmp_path / "run")]) == 0
+    assert [r.get("n", 1) for r in server.requests if r["model"] == "chair"] == [20]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["parameters"]["lite_from_turbo"] is True and manifest["parameters"]["variant"] == "lite"
+    assert main([*args, "--variant", "turbo", "--lite-from-turbo", "--out", str(tmp_path / "bad")]) == 2
