@@ -51,7 +51,7 @@ class FakeJudge(BaseChatModel):
     script: list[str] = Field(default_factory=list)
     fail_when: Callable[[str], bool] | None = None
     model_name: str = "fake-judge"
-    # the call parameters protocols set (None = the provider's default); recorded, not used for replies
+    # call parameters protocols set per request (None = the provider's default): accepted, not used for replies
     temperature: float | None = 0.0
     top_p: float | None = None
     max_tokens: int | None = None
