@@ -19,6 +19,10 @@ superstep (fan-out from START), then a ``calibrate`` node combines them.
   distinct requests (and cache entries).
 - ``bpc+mec``: k runs in each order (2k runs), all mapped to the original order and averaged.
 
+On the command line, ``--protocol single --calibrate ...`` is FairEval's own baseline instead
+(:mod:`jurygraph.graphs.faireval`: FairEval's prompt, k reviews per order in ONE request with n = k);
+``--calibration-baseline chateval`` wraps ChatEval's single-agent graph as every other protocol is wrapped.
+
 State: the subgraph's state never mixes with the wrapper's. Each run node maps its input (the item, or the
 swapped item) and namespaces its output: ``judgments`` and ``histories`` as ``"<run>/<agent>"`` (as the
 agent said it, in the order it was shown), ``runs[<run>]`` with the run's own verdict, its verdict mapped
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
+from jurygraph.graphs.faireval import create_faireval
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -192,6 +197,7 @@ def calibrate(
 
 BUILTIN_TASKS = {"faireval": "pairwise", "summeval": "score", "topical-chat": "score", "topical_chat": "score"}
 SCORE_PROTOCOLS = ("geval", "analyze-rate")
+BASELINES = ("faireval", "chateval")
 
 
 class CalibrationWrapper:
@@ -211,6 +217,10 @@ def _cli_arguments(options: Any) -> None:
     options.add_argument("--mec-k", type=int, default=3, help="MEC: evidence samples per order (default 3)")
     options.add_argument("--mec-temperature", type=float, default=1.0,
                          help="MEC: temperature of the evidence samples (default 1)")
+    options.add_argument("--calibration-baseline", choices=BASELINES, default="faireval",
+                         help="--protocol single with --calibrate: faireval = FairEval's own evaluator prompt, k "
+                              "reviews in one request (default, the papers' baseline); chateval = wrap ChatEval's "
+                              "single-agent graph")
 
 
 def _cli_wrap(setup: ProtocolSetup, args: Any) -> ProtocolSetup:
@@ -225,10 +235,24 @@ def _cli_wrap(setup: ProtocolSetup, args: Any) -> ProtocolSetup:
     if task is not None and task != "pairwise":
         raise ValueError(f"--calibrate {mode} needs a pairwise dataset (e.g. faireval); "
                          f"{dataset or 'this dataset'} holds {task} items")
+    if protocol == "single" and getattr(args, "calibration_baseline", "faireval") == "faireval":
+        return _faireval_baseline(setup, mode, args)
     graph = calibrate(setup.graph, mode, k=args.mec_k, temperature=args.mec_temperature)
     params = {**setup.params, "calibrate": mode}
+    if protocol == "single":
+        params["calibration_baseline"] = "chateval"
     if "mec" in mode:
         params.update(mec_k=args.mec_k, mec_temperature=args.mec_temperature)
+    return ProtocolSetup(graph, setup.models, params)
+
+
+def _faireval_baseline(setup: ProtocolSetup, mode: str, args: Any) -> ProtocolSetup:
+    """FairEval's calibrated single evaluator (FairEval.py): its own prompt, k reviews per order in ONE
+    request at temperature 1, max_tokens 512; k = 1 without MEC, as ``FairEval.py -k 1``."""
+    k = args.mec_k if "mec" in mode else 1
+    graph = create_faireval(k=k, bpc="bpc" in mode, params={"temperature": args.mec_temperature, "max_tokens": 512})
+    params = {**setup.params, "calibrate": mode, "calibration_baseline": "faireval", "mec_k": k,
+              "mec_temperature": args.mec_temperature}
     return ProtocolSetup(graph, setup.models, params)
 
 

@@ -6,7 +6,7 @@ The graph is Figure 1's star around the Commander, with Algorithm 1's loop as it
     scorer -> commander      critic -> commander      tie_breaker -> finalize -> END
 
 The Commander frames the task and forwards every message (D.1 steps 2-6); after each Critic review it
-ends the debate on NO ISSUE (:func:`~jurygraph.nodes.debate.says_no_issue`), otherwise the Scorer
+ends the debate on NO ISSUE (:func:`~jurygraph.nodes.debate.ends_debate`), otherwise the Scorer
 revises, for at most ``max_iterations`` reviews (default 4, the paper's best n, Figure 2). When the
 debate is inconclusive the n-th iteration's score stands, or, with ``tie_breaker=True``, the
 Tie-breaker reads the debate log and decides (Appendix E.3).
@@ -24,7 +24,9 @@ from typing import Annotated, Any
 
 from jurygraph.nodes.debate import (
     CRITIC_PERSONAS,
+    NO_ISSUE_RULES,
     CriticPersona,
+    NoIssueRule,
     make_commander_node,
     make_critic_node,
     make_finalize_node,
@@ -68,6 +70,7 @@ def create_debate(
     tie_breaker: bool = False,
     commander_llm: bool = False,
     template: str | None = None,
+    no_issue_rule: NoIssueRule | str = "paper",
     state_schema: type[Any] = DebateState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -79,7 +82,10 @@ def create_debate(
     ``tie_breaker``: decide inconclusive debates with the Tie-breaker instead of the n-th score.
     ``commander_llm``: the Commander's model formulates its request to the Scorer (one call per item)
     instead of the fixed zero-shot CoT request; relays stay verbatim either way.
-    ``template``: a predefined template replacing the built-in one (same slots). The verdict's
+    ``template``: a predefined template replacing the built-in one (same slots).
+    ``no_issue_rule``: when a Critic reply ends the debate -- ``"paper"`` (Algorithm 1 line 8, the capitals
+    NO ISSUE anywhere in the reply; default) or ``"strict"`` (the token must stand alone or open the reply,
+    so "no issue with X, but ..." continues). Every call is at temperature 0, top_p 1. The verdict's
     ``detail`` says how the debate ended and lists every score the Scorer gave.
     """
     if max_iterations < 1:
@@ -89,7 +95,7 @@ def create_debate(
     commander = make_commander_node(persona, max_iterations, tie_breaker, template, llm=commander_llm)
     builder.add_node("commander", commander)
     builder.add_node("scorer", make_scorer_node(template))
-    builder.add_node("critic", make_critic_node())
+    builder.add_node("critic", make_critic_node(no_issue_rule=no_issue_rule))
     builder.add_node("finalize", make_finalize_node(persona, max_iterations))
     if tie_breaker:
         builder.add_node("tie_breaker", make_tie_breaker_node(template))
@@ -120,15 +126,18 @@ def _cli_arguments(options: Any) -> None:
                          help=f"DEBATE: n, the most Critic reviews (default {DEFAULT_MAX_ITERATIONS})")
     options.add_argument("--tie-breaker", action="store_true",
                          help="DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE")
+    options.add_argument("--no-issue-rule", choices=NO_ISSUE_RULES, default="paper",
+                         help="DEBATE: when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the reply "
+                              "(Algorithm 1, default); strict = the token alone on a line or opening the reply")
     options.add_argument("--commander-llm", action="store_true",
                          help="DEBATE: the Commander's model words its request to the Scorer (one more call)")
 
 
 def _cli_build(args: Any) -> ProtocolSetup:
     graph = create_debate(critic=args.critic, max_iterations=args.max_iterations, tie_breaker=args.tie_breaker,
-                          commander_llm=args.commander_llm)
+                          commander_llm=args.commander_llm, no_issue_rule=args.no_issue_rule)
     params = {"critic": args.critic, "max_iterations": args.max_iterations, "tie_breaker": args.tie_breaker,
-              "commander_llm": args.commander_llm}
+              "commander_llm": args.commander_llm, "no_issue_rule": args.no_issue_rule}
     return ProtocolSetup(graph, {}, params)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jurygraph.nodes.geval import ESTIMATORS, Estimator, make_form_filling_node
+from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, Estimator, make_form_filling_node
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph.models import JuryContext
@@ -20,17 +20,22 @@ def create_geval(
     temperature: float = 1.0,
     template: str | None = None,
     agent: str = "G-Eval",
+    fluency_scale: int = 3,
     state_schema: type[Any] = JuryState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
     """An uncompiled G-Eval graph for score items: the aspect's G-Eval prompt, "Evaluation Form (scores ONLY)".
+
+    SummEval's prompts are G-Eval's released ``*_detailed.txt``; fluency is rated 1-3 as released
+    (``fluency_scale=5``: the project's 1-5 variant). Samples at ``temperature`` with top_p 1.
 
     ``estimator="samples"``: mean of ``n`` replies sampled at ``temperature`` (one request with native n
     where supported). ``"logprobs"``: probability-weighted score from the score token's log-probabilities,
     falling back to the samples with the reason in ``verdict.detail["fallback_reason"]``.
     """
     return _one_evaluator(make_form_filling_node(agent=agent, style="geval", estimator=estimator, n=n,
-                                                 temperature=temperature, template=template),
+                                                 temperature=temperature, template=template,
+                                                 fluency_scale=fluency_scale),
                           "geval", state_schema, context_schema)
 
 
@@ -41,12 +46,15 @@ def create_analyze_rate(
     temperature: float = 1.0,
     template: str | None = None,
     agent: str = "Analyze-Rate",
+    fluency_scale: int = 3,
     state_schema: type[Any] = JuryState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
-    """An uncompiled Analyze-Rate graph: G-Eval's prompt asking for "Analysis:" first, then the rating."""
+    """An uncompiled Analyze-Rate graph: G-Eval's prompt asking for "Analysis:" first, then the rating
+    (samples at ``temperature``, top_p 1, max_tokens 256)."""
     return _one_evaluator(make_form_filling_node(agent=agent, style="analyze-rate", estimator=estimator, n=n,
-                                                 temperature=temperature, template=template),
+                                                 temperature=temperature, template=template,
+                                                 fluency_scale=fluency_scale),
                           "analyze_rate", state_schema, context_schema)
 
 
@@ -69,15 +77,20 @@ def _cli_arguments(options: Any) -> None:
                               "probability-weighted from the score token's log-probabilities")
     options.add_argument("--sample-temperature", type=float, default=1.0,
                          help="G-Eval/Analyze-Rate: temperature of the n samples (default 1, as in the papers)")
+    options.add_argument("--fluency-scale", type=int, choices=FLUENCY_SCALES, default=3,
+                         help="G-Eval/Analyze-Rate on SummEval fluency: 3 = G-Eval's released 1-3 prompt (default), "
+                              "5 = the project's 1-5 variant")
 
 
 def _cli_build_for(style: str) -> Any:
     def build(args: Any) -> ProtocolSetup:
         n = args.samples or 20
         factory = create_geval if style == "geval" else create_analyze_rate
-        graph = factory(estimator=args.estimator, n=n, temperature=args.sample_temperature)
+        graph = factory(estimator=args.estimator, n=n, temperature=args.sample_temperature,
+                        fluency_scale=args.fluency_scale)
         return ProtocolSetup(graph, {}, {"samples": n, "estimator": args.estimator,
-                                         "temperature": args.sample_temperature})
+                                         "temperature": args.sample_temperature,
+                                         "fluency_scale": args.fluency_scale})
 
     return build
 

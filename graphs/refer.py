@@ -13,7 +13,12 @@ Decisions where the paper is silent:
 - A peer whose reply cannot be read, or whose model fails for good, is left out of the area chair's prompt
   (which then says "two" instead of "three" models and numbers the rest First, Second, ...) and is counted
   in ``verdict.detail["missing_peers"]``. A missing key or an unknown model is raised, not hidden.
-- The area chair samples at temperature 1 in both variants (Appendix C); peers keep their model's settings.
+- Generation parameters follow Appendix C: peers use the provider's defaults (temperature not sent) with
+  max_tokens 128 (NLG) or 192 (multimodal); reasoning peers temperature 1, top_p 1, max_tokens 256; the area
+  chair temperature 1, top_p 1, max_tokens 256 (reasoning: no limit), in both variants.
+- ReFeR-Lite is, by default, its own area-chair request with n = 1 (the paper: "n=20 (varies for ReFeR Lite
+  and Turbo)"). The released scripts instead take the first of Turbo's 20 samples: ``lite_from_turbo=True``
+  (CLI ``--lite-from-turbo``) does that, so a Turbo and a Lite run share one cached request.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ def create_refer(
     temperature: float = 1.0,
     template: str | None = None,
     prompt_file: str | Path | None = None,
+    lite_from_turbo: bool = False,
     state_schema: type[Any] = ReferState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -87,10 +93,14 @@ def create_refer(
     best, Appendix K), 'comment' or 'both'; ``temperature``: the area chair's (Appendix C: 1). The prompts
     come from the item's dataset/aspect or task (Appendix N), a named ``template`` (e.g. 'aqua', 'icqd'),
     or a ``prompt_file`` (e.g. written by ``jurygraph autoprompt``). The verdict holds the final score (or
-    answer), the chosen comment and every sample's comment and rating.
+    answer), the chosen comment and every sample's comment and rating. ``lite_from_turbo`` (Lite only): the
+    area chair sends Turbo's request (n = 20) and the verdict is its first sample, as the released scripts
+    compute Lite. Generation parameters are Appendix C's (see the module docstring).
     """
     panel = refer_peers(peers)
     n = variant_samples(variant, samples)
+    if lite_from_turbo and variant != "lite":
+        raise ValueError("lite_from_turbo applies to variant='lite' (Lite = the first of Turbo's samples)")
     if feedback not in FEEDBACK_MODES:
         raise ValueError(f"unknown feedback mode {feedback!r}; choose one of {', '.join(FEEDBACK_MODES)}")
     if prompt_file is not None and not Path(prompt_file).is_file():
@@ -103,8 +113,10 @@ def create_refer(
     for peer in panel:
         builder.add_node(peer.name, make_peer_node(peer, choose))
         builder.add_edge(START, peer.name)
-    builder.add_node(AREA_CHAIR, make_area_chair_node([p.name for p in panel], choose, samples=n,
-                                                      temperature=temperature, feedback=feedback))
+    builder.add_node(AREA_CHAIR, make_area_chair_node([p.name for p in panel], choose,
+                                                      samples=TURBO_SAMPLES if lite_from_turbo else n,
+                                                      temperature=temperature, feedback=feedback,
+                                                      use_first=lite_from_turbo))
     builder.add_edge([p.name for p in panel], AREA_CHAIR)  # the barrier: the area chair waits for every peer
     builder.add_edge(AREA_CHAIR, END)
     return builder
@@ -121,6 +133,9 @@ def _cli_arguments(options: Any) -> None:
                          help="ReFeR: turbo (area chair samples n, default 20) or lite (n = 1)")
     options.add_argument("--samples", type=int, default=None,
                          help="number of samples n (ReFeR-Turbo's area chair: default 20)")
+    options.add_argument("--lite-from-turbo", action="store_true",
+                         help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (the released scripts) "
+                              "instead of its own n = 1 request (the paper)")
     options.add_argument("--feedback", choices=FEEDBACK_MODES, default="score",
                          help="ReFeR: what peers pass to the area chair (default: score, the paper's best)")
     options.add_argument("--refer-template", default=None,
@@ -134,14 +149,16 @@ def _cli_build(args: Any) -> ProtocolSetup:
     base_url = getattr(args, "base_url", None)
     graph = create_refer(peers=len(specs) or 3, variant=args.variant,
                          samples=None if args.variant == "lite" and args.samples in (None, 1) else args.samples,
-                         feedback=args.feedback, template=args.refer_template, prompt_file=args.prompt_file)
+                         feedback=args.feedback, template=args.refer_template, prompt_file=args.prompt_file,
+                         lite_from_turbo=args.lite_from_turbo)
     models: dict[str, Any] = {f"peer_{i}": ModelSpec.parse(spec, base_url=base_url)
                               for i, spec in enumerate(specs, 1)}
     if args.area_chair:
         models[AREA_CHAIR] = ModelSpec.parse(args.area_chair, base_url=base_url)
     params = {"peers": len(specs) or 3, "variant": args.variant,
               "samples": variant_samples(args.variant, args.samples if args.variant == "turbo" else None),
-              "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file}
+              "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
+              "lite_from_turbo": args.lite_from_turbo}
     return ProtocolSetup(graph, models, params)
 
 

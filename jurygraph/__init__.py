@@ -9,6 +9,7 @@ from jurygraph.graphs.calibration import calibrate
 from jurygraph.graphs.chateval import ChatEvalState, create_chateval
 from jurygraph.graphs.debate import DebateState, create_debate
 from jurygraph.graphs.ensemble import create_ensemble
+from jurygraph.graphs.faireval import create_faireval
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.refer import ReferState, create_refer
 from jurygraph.graphs.single import create_single_agent
@@ -40,6 +41,7 @@ __all__ = [
     "create_chateval",
     "create_debate",
     "create_ensemble",
+    "create_faireval",
     "create_geval",
     "create_refer",
     "create_single_agent",

@@ -263,7 +263,11 @@ def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
         params.update(logprobs=True, top_logprobs=params.get("top_logprobs", 20))
     if not params:
         return resolved.model
-    unknown = set(params) - set(type(resolved.model).model_fields)
+    fields = type(resolved.model).model_fields
+    # a parameter may be named by its field's alias (Gemini's max_output_tokens is aliased max_tokens)
+    aliases = {f.alias: name for name, f in fields.items() if f.alias and f.alias not in fields}
+    params = {aliases.get(key, key): value for key, value in params.items()}
+    unknown = set(params) - set(fields)
     if unknown:
         raise TypeError(f"{resolved.label} has no parameter(s) {', '.join(sorted(unknown))} (agent {req.agent!r})")
     return resolved.model.model_copy(update=params)

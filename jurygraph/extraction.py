@@ -73,7 +73,8 @@ def parse_pairwise(text: str, scale: Scale) -> tuple[float, float, str | None]:
     scores: list[float] = []
     for n in ("1", "2"):
         patterns = [
-            rf"score\s+(?:of|for)\s+assistant\s*{n}\b{_DECOR}{_COLON}{_DECOR}{_NUM}{_OUT_OF}",
+            # "Score of the Assistant 1: <score>" is FairEval's own answer form
+            rf"score\s+(?:of|for)\s+(?:the\s+)?assistant\s*{n}\b{_DECOR}{_COLON}{_DECOR}{_NUM}{_OUT_OF}",
             rf"(?:^|\n){_DECOR}assistant\s*{n}(?:'s)?(?:\s+score)?{_DECOR}{_COLON}{_DECOR}{_NUM}{_OUT_OF}{_DECOR}(?=\n|$)",
         ]
         match = _last_match(patterns, cleaned)

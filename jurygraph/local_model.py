@@ -68,8 +68,9 @@ class LocalChatModel(BaseChatModel):
 
     model_path: str
     model_name: str = "smollm2-135m-instruct"
-    temperature: float = 0.0
-    max_tokens: int = 256
+    temperature: float | None = 0.0
+    max_tokens: int | None = 256
+    top_p: float | None = None
     repeat_penalty: float = 1.3  # a 135M model loops without it
     max_json_string: int = 240
     n_ctx: int = 8192
@@ -93,8 +94,10 @@ class LocalChatModel(BaseChatModel):
             return client.create_chat_completion(messages=payload, **self._params(kwargs))
 
     def _params(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {"temperature": self.temperature, "max_tokens": self.max_tokens,
-                "repeat_penalty": self.repeat_penalty, **kwargs}
+        # None (a protocol asking for the provider's default) is left out: llama.cpp then uses its own
+        params = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                  "repeat_penalty": self.repeat_penalty, **kwargs}
+        return {key: value for key, value in params.items() if value is not None}
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
@@ -175,7 +178,7 @@ class LocalChatModel(BaseChatModel):
 
         def run(messages: Any) -> Any:
             raw = self.invoke(messages, response_format=response_format,
-                              max_tokens=max(self.max_tokens, self.max_json_string + 64))
+                              max_tokens=max(self.max_tokens or 0, self.max_json_string + 64))
             parsed, error = None, None
             try:
                 parsed = schema.model_validate(json.loads(raw.text, strict=False))  # grammar allows raw newlines

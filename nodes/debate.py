@@ -65,8 +65,39 @@ _LEAD_IN = r"[A-Za-z][\w ]{0,30}:\s*|(?:therefore|thus|hence|so|overall|finally|
 _MARKUP = re.compile(r"[*`#>\\\"“”‘’]")
 
 
+NoIssueRule = Literal["paper", "strict"]
+NO_ISSUE_RULES: tuple[str, ...] = ("paper", "strict")
+# Algorithm 1 line 8 tests 'NO ISSUE' in Feedback; the personas ask for "NO_ISSUES" (G.1), which that literal
+# test would never find, so the paper rule also accepts the underscore spelling (and its markdown escape)
+_PAPER_TOKENS = ("NO ISSUE", "NO_ISSUE")
+# every DEBATE agent: temperature 0, top_p 1 (Appendix E.1; its frequency/presence penalties 0 are the providers'
+# defaults and are not sent, since Gemini and local models have no such parameters)
+DEBATE_PARAMS: dict[str, Any] = {"temperature": 0, "top_p": 1}
+
+
+def no_issue_in(feedback: str) -> bool:
+    """The paper's rule (Algorithm 1 line 8): the capitals NO ISSUE anywhere in the Critic's reply.
+
+    "The score is accurate. NO ISSUES" ends the debate; "No issues." does not (not in capitals); a
+    critique that writes "NO ISSUE with the first point, but ..." does end it, as in the paper.
+    """
+    text = feedback.replace("\\_", "_")
+    return any(token in text for token in _PAPER_TOKENS)
+
+
+def ends_debate(feedback: str, rule: NoIssueRule | str = "paper") -> bool:
+    """Does this Critic reply end the debate under ``rule``: 'paper' (:func:`no_issue_in`, the default)
+    or 'strict' (:func:`says_no_issue`, a project option)?"""
+    if rule == "paper":
+        return no_issue_in(feedback)
+    if rule == "strict":
+        return says_no_issue(feedback)
+    raise ValueError(f"unknown NO ISSUE rule {rule!r}; choose one of {', '.join(NO_ISSUE_RULES)}")
+
+
 def says_no_issue(feedback: str) -> bool:
-    """True when the Critic's reply declares that the score has no issue.
+    """The strict rule (an option, ``no_issue_rule="strict"``): the Critic's reply declares that the
+    score has no issue.
 
     Algorithm 1 tests ``'NO ISSUE' in Feedback``. A bare substring test also fires on a critique such
     as "There is no issue with the grammar, however the score is too high", so the rule is: after
@@ -231,7 +262,8 @@ def make_commander_node(critic: CriticPersona, max_iterations: int, tie_breaker:
             heard = [SystemMessage(debate_prompt("commander"))]
             if llm:
                 task = HumanMessage(frame.task, name="user")
-                reply = yield ModelRequest(agent=COMMANDER, role="commander", messages=[*heard, task])
+                reply = yield ModelRequest(agent=COMMANDER, role="commander", messages=[*heard, task],
+                                           params=dict(DEBATE_PARAMS))
                 heard += [task, AIMessage(reply.message.text, name=COMMANDER)]
                 text = render(debate_prompt("commander_llm_to_scorer"), task=frame.task,
                               commander=reply.message.text, answer_form=frame.answer_form)
@@ -277,7 +309,8 @@ def make_scorer_node(template: str | None = None, name: str = "scorer") -> Runna
         frame = frame_task(as_item(state["item"]), template)
         iteration = int(state.get("iteration") or 0)
         chat = list((state.get("histories") or {}).get(SCORER, []))
-        reply = yield ModelRequest(agent=SCORER, role="scorer", messages=chat, form=frame.form)
+        reply = yield ModelRequest(agent=SCORER, role="scorer", messages=chat, form=frame.form,
+                                   params=dict(DEBATE_PARAMS))
         message = _speaks(SCORER, reply.message.text, iteration)
         judgment = reply.judgment or Judgment.missing_for(SCORER, TaskKind.SCORE, message.text, "no judgment", 1)
         return {"histories": {SCORER: [message]}, "transcript": [message], "speaker": SCORER,
@@ -287,18 +320,20 @@ def make_scorer_node(template: str | None = None, name: str = "scorer") -> Runna
     return agent_node(body, name)
 
 
-def make_critic_node(name: str = "critic") -> RunnableLambda:
+def make_critic_node(name: str = "critic", no_issue_rule: NoIssueRule | str = "paper") -> RunnableLambda:
     """The Critic reviews the Scorer's latest response (Algorithm 1 line 7); its verdict on the
-    debate (NO ISSUE or not) is read once, here, with :func:`says_no_issue`."""
+    debate (NO ISSUE or not) is read once, here, with :func:`ends_debate` under ``no_issue_rule``."""
+    if no_issue_rule not in NO_ISSUE_RULES:
+        raise ValueError(f"unknown NO ISSUE rule {no_issue_rule!r}; choose one of {', '.join(NO_ISSUE_RULES)}")
 
     def body(state: dict[str, Any]):
         iteration = int(state.get("iteration") or 0) + 1
         chat = list((state.get("histories") or {}).get(CRITIC, []))
-        reply = yield ModelRequest(agent=CRITIC, role="critic", messages=chat)
+        reply = yield ModelRequest(agent=CRITIC, role="critic", messages=chat, params=dict(DEBATE_PARAMS))
         message = _speaks(CRITIC, reply.message.text, iteration)
         return {"histories": {CRITIC: [message]}, "transcript": [message], "speaker": CRITIC,
                 "iteration": iteration,
-                "reviews": [{"iteration": iteration, "no_issue": says_no_issue(message.text)}]}
+                "reviews": [{"iteration": iteration, "no_issue": ends_debate(message.text, no_issue_rule)}]}
 
     return agent_node(body, name)
 
@@ -309,7 +344,8 @@ def make_tie_breaker_node(template: str | None = None, name: str = "tie_breaker"
     def body(state: dict[str, Any]):
         frame = frame_task(as_item(state["item"]), template)
         chat = list((state.get("histories") or {}).get(TIE_BREAKER, []))
-        reply = yield ModelRequest(agent=TIE_BREAKER, role="tie_breaker", messages=chat, form=frame.form)
+        reply = yield ModelRequest(agent=TIE_BREAKER, role="tie_breaker", messages=chat, form=frame.form,
+                                   params=dict(DEBATE_PARAMS))
         message = _speaks(TIE_BREAKER, reply.message.text, int(state.get("iteration") or 0))
         judgment = reply.judgment or Judgment.missing_for(TIE_BREAKER, TaskKind.SCORE, message.text,
                                                           "no judgment", 1)
@@ -352,6 +388,7 @@ def make_finalize_node(critic: CriticPersona, max_iterations: int, name: str = "
     return RunnableLambda(run, name=name)
 
 
-__all__ = ["COMMANDER", "CRITIC", "CRITIC_PERSONAS", "SCORER", "TIE_BREAKER", "CriticPersona", "DebateFrame",
-           "debate_prompt", "frame_task", "make_commander_node", "make_critic_node", "make_finalize_node",
-           "make_scorer_node", "make_tie_breaker_node", "next_step", "says_no_issue"]
+__all__ = ["COMMANDER", "CRITIC", "CRITIC_PERSONAS", "DEBATE_PARAMS", "NO_ISSUE_RULES", "SCORER", "TIE_BREAKER",
+           "CriticPersona", "DebateFrame", "debate_prompt", "ends_debate", "frame_task", "make_commander_node",
+           "make_critic_node", "make_finalize_node", "make_scorer_node", "make_tie_breaker_node", "next_step",
+           "no_issue_in", "says_no_issue"]

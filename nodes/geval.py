@@ -6,9 +6,18 @@ tokens, sum_s p(s) * s. Two estimators:
 (a) ``samples``: the mean of n sampled replies (the paper: n = 20, temperature 1), sent as ONE request
     with the provider's native ``n`` where it has one; unreadable samples are left out and counted.
 (b) ``logprobs``: the probabilities of the score tokens, from the log-probabilities an OpenAI-compatible
-    API returns (``logprobs`` + ``top_logprobs``) at the LAST score position of the reply, renormalised
+    API returns (``logprobs`` + ``top_logprobs``) at the position of the score the form asks for (the reply's
+    leading number for G-Eval's "scores ONLY", the number after "Rating" for Analyze-Rate), renormalised
     over the valid scores. A model that returns none (Gemini, OpenAI o-series, a server that ignores the
     flag) falls back to (a) and the verdict's ``detail`` says why.
+
+Replies are read as G-Eval's own script reads them (meta_eval_summeval.py ``parse_output``: the number the
+reply starts with, so "4\n\nThe summary..." and "3 - The summary..." are 4 and 3); a reply that does not
+start with a number is read from its "<Aspect>:"/"Rating:" line; one that has neither, or a score off the
+prompt's scale, is a missing judgment (G-Eval's script counts it as 0).
+
+Generation parameters: G-Eval samples at temperature 1, top_p 1 (the paper, §3.1: "n = 20, temperature = 1,
+top_p = 1"); Analyze-Rate also with max_tokens 256 (as ReFeR, Appendix C, reports following Analyze-Rate).
 
 Analyze-Rate (Chiang & Lee 2023) is the same evaluator with the form asking for an analysis first.
 """
@@ -28,7 +37,7 @@ from langchain_core.runnables import RunnableLambda
 
 from jurygraph.aggregation import aggregate
 from jurygraph.aspects import get_aspect
-from jurygraph.calls import ModelRequest, agent_node, current_context, read_or_missing
+from jurygraph.calls import ModelRequest, agent_node, current_context
 from jurygraph.extraction import AnswerForm, UnreadableReply
 from jurygraph.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.judgments import Judgment, Verdict
@@ -38,7 +47,17 @@ Style = Literal["geval", "analyze-rate"]
 Estimator = Literal["samples", "logprobs"]
 FORMS: dict[str, str] = {"geval": "geval/form", "analyze-rate": "analyze_rate/form"}
 ESTIMATORS: tuple[str, ...] = ("samples", "logprobs")
-
+FLUENCY_SCALES: tuple[int, ...] = (3, 5)
+# the scale each released SummEval prompt states in its text (fluency: "Fluency (1-3)"); replies are read on it
+RELEASED_SCALES: dict[str, Scale] = {"geval/summeval_coherence": Scale(low=1, high=5),
+                                     "geval/summeval_consistency": Scale(low=1, high=5),
+                                     "geval/summeval_fluency": Scale(low=1, high=3),
+                                     "geval/summeval_relevance": Scale(low=1, high=5)}
+# sampling parameters of the two papers (see the module docstring)
+SAMPLE_PARAMS: dict[str, dict[str, Any]] = {"geval": {"top_p": 1}, "analyze-rate": {"top_p": 1, "max_tokens": 256}}
+# the log-probability request reads the distribution at the score position of the most likely reply: the
+# papers give no setting for it (a project choice, see docs)
+LOGPROB_PARAMS: dict[str, Any] = {"temperature": 0}
 
 
 @dataclass(frozen=True)
@@ -47,11 +66,14 @@ class FormFillingTemplate:
 
     ``template`` replaces the built-in prompt; it may use the slots ``criteria``, ``aspect``,
     ``aspect_title``, ``scale_low``, ``scale_high``, ``source_text``, ``fact``, ``generated_text``,
-    ``evaluation_form``.
+    ``evaluation_form`` (the whole form) and ``form_header`` (its first line only).
+    SummEval's prompts are G-Eval's released ones; ``fluency_scale=5`` swaps the released 1-3 fluency
+    prompt for the project's 1-5 variant.
     """
 
     style: Style | str = "geval"
     template: str | None = None
+    fluency_scale: int = 3
 
     def build(self, item: EvalItem) -> tuple[str, AnswerForm]:
         if item.task is not TaskKind.SCORE:
@@ -64,7 +86,12 @@ class FormFillingTemplate:
         scale = item.scale or (aspect.scale if aspect else None)
         assert scale is not None  # EvalItem guarantees a scale for score items
         title = aspect_name[:1].upper() + aspect_name[1:]
-        template = self.template or self._builtin(item, aspect.dataset if aspect else None, aspect_name)
+        if self.fluency_scale not in FLUENCY_SCALES:
+            raise ValueError(f"fluency_scale must be 3 (G-Eval's released prompt) or 5, not {self.fluency_scale}")
+        name = self._name(aspect.dataset if aspect else None, aspect_name)
+        template = self.template or self._builtin(item, name, aspect_name)
+        # a released prompt states its own scale in its text: the reply is read on that scale (fluency 1-3)
+        scale = RELEASED_SCALES.get(name, scale) if self.template is None else scale
         definition = aspect.definition if aspect else ""
         # G-Eval writes the criterion as "Coherence (1-5) - the collective quality ..."
         head, sep, rest = definition.partition(" - ")
@@ -73,12 +100,15 @@ class FormFillingTemplate:
         prompt = render(template, criteria=criteria, aspect=aspect_name, aspect_title=title,
                         scale_low=format_number(scale.low), scale_high=format_number(scale.high),
                         source_text=item.source or "", fact=item.context or "", generated_text=item.response,
-                        evaluation_form=form_text)
+                        evaluation_form=form_text, form_header=form_text.partition("\n")[0])
         return prompt.rstrip(), AnswerForm(TaskKind.SCORE, form_text, scale=scale, labels=(title, aspect_name))
 
+    def _name(self, dataset: str | None, aspect: str) -> str:
+        suffix = "_1to5" if dataset == "summeval" and aspect == "fluency" and self.fluency_scale == 5 else ""
+        return f"geval/{(dataset or '').replace('-', '_')}_{aspect}{suffix}"
+
     @staticmethod
-    def _builtin(item: EvalItem, dataset: str | None, aspect: str) -> str:
-        name = f"geval/{(dataset or '').replace('-', '_')}_{aspect}"
+    def _builtin(item: EvalItem, name: str, aspect: str) -> str:
         try:
             return load_prompt(name)
         except FileNotFoundError:
@@ -86,6 +116,52 @@ class FormFillingTemplate:
                        "(built in: SummEval coherence/consistency/fluency/relevance, Topical-Chat coherence/"
                        "engagingness/groundedness/naturalness); pass template=")
         raise ValueError(message)
+
+
+# --- reading a reply where the form asks for the score -------------------------------------------------
+
+# meta_eval_summeval.py's parse_output: re.search("^ ?([\d\.]+)", output), the number the reply starts with
+_LEADING = re.compile(r"^ ?([\d.]+)")
+_MARK = r"[\s*_`]*"
+
+
+def score_in_reply(text: str, style: str, form: AnswerForm) -> tuple[float, int]:
+    """The score of a reply and the character offset where it starts: where the answer form asks for it.
+
+    G-Eval ("scores ONLY"): the number the reply starts with, as G-Eval's script reads it ("4/5", "4 out
+    of 5", "4\n\nThe summary...", "3 - The summary..."), else the number on the last "<Aspect>:" line
+    ("- Coherence: 4"). Analyze-Rate: the number after the last "Rating:" (or "<Aspect>:") label, else a
+    leading number. Raises UnreadableReply when there is none, or the score is off the prompt's scale.
+    """
+    assert form.scale is not None
+    names = "|".join(["rating", "score", *(re.escape(label) for label in form.labels if label)])
+    labelled = list(re.finditer(rf"(?:{names}){_MARK}(?:\([^)\n]*\))?{_MARK}[:：=]{_MARK}(\d+(?:\.\d+)?)",
+                                text, flags=re.IGNORECASE))
+    leading = _LEADING.match(text)
+    found: list[tuple[str, int]] = []
+    if leading:
+        found.append((leading.group(1), leading.start(1)))
+    if labelled:
+        found.insert(0 if style == "analyze-rate" else len(found), (labelled[-1].group(1), labelled[-1].start(1)))
+    if not found:
+        raise UnreadableReply("no score where the form asks for it (a leading number or a '<aspect>:'/'Rating:' line)")
+    value_text, offset = found[0]
+    try:
+        value = float(value_text)
+    except ValueError:
+        raise UnreadableReply(f"the reply starts with {value_text!r}, which is not a number") from None
+    if not form.scale.contains(value):
+        raise UnreadableReply(f"the score {value_text} is outside the prompt's scale {form.scale}")
+    return value, offset
+
+
+def read_reply(form: AnswerForm, style: str, agent: str, text: str) -> Judgment:
+    """The judgment of one reply (:func:`score_in_reply`), or a missing judgment with the raw text and reason."""
+    try:
+        score, _ = score_in_reply(text, style, form)
+    except UnreadableReply as err:
+        return Judgment.missing_for(agent, TaskKind.SCORE, text, str(err), 1)
+    return Judgment(agent=agent, kind=TaskKind.SCORE, raw=text, attempts=1, score=score)
 
 
 # --- estimator (b): probability-weighted score from log-probabilities --------------------------------
@@ -104,32 +180,45 @@ def valid_scores(scale: Scale) -> list[int]:
     return list(range(math.ceil(scale.low), math.floor(scale.high) + 1))
 
 
-def expected_score_from_logprobs(content: Sequence[Mapping[str, Any]], scale: Scale) -> tuple[float, dict[int, float]]:
-    """G-Eval's sum_s p(s) * s from an OpenAI ``logprobs.content`` list.
+def token_at(content: Sequence[Mapping[str, Any]], offset: int) -> int:
+    """The index of the token that covers character ``offset`` of the reply the tokens spell."""
+    start = 0
+    for index, position in enumerate(content):
+        end = start + len(str(position.get("token", "")))
+        if start <= offset < end:
+            return index
+        start = end
+    raise UnreadableReply(f"the reply's tokens end before character {offset}")
 
-    The LAST position whose token is a valid score is the rating (an analysis before it may contain
-    numbers). Its ``top_logprobs`` entries that are valid scores are renormalised to sum to one; tokens
-    that spell the same score (``"3"``, ``" 3"``) add up. Returns the expected score and the
-    probabilities. Raises UnreadableReply when no position holds a score token.
+
+def expected_score_from_logprobs(content: Sequence[Mapping[str, Any]], scale: Scale,
+                                 offset: int) -> tuple[float, dict[int, float]]:
+    """G-Eval's sum_s p(s) * s from an OpenAI ``logprobs.content`` list, at the score the form asks for.
+
+    ``offset`` is where that score starts in the reply (:func:`score_in_reply`); the token there must be a
+    valid score by itself (a "4" of "4/5", not a number elsewhere in the reply). Its ``top_logprobs``
+    entries that are valid scores are renormalised to sum to one; tokens that spell the same score
+    (``"3"``, ``" 3"``) add up. Returns the expected score and the probabilities. Raises UnreadableReply
+    when the token at that position is not a score token on the scale.
     """
     valid = valid_scores(scale)
-    for position in reversed(content):
-        chosen = _score_of_token(str(position.get("token", "")), valid)
-        if chosen is None:
-            continue
-        mass: dict[int, float] = {}
-        alternatives = position.get("top_logprobs") or []
-        for alternative in alternatives:
-            score = _score_of_token(str(alternative.get("token", "")), valid)
-            if score is not None:
-                mass[score] = mass.get(score, 0.0) + math.exp(float(alternative["logprob"]))
-        if str(position.get("token")) not in {str(a.get("token")) for a in alternatives}:
-            # the sampled token itself is missing from the top list: count it once
-            mass[chosen] = mass.get(chosen, 0.0) + math.exp(float(position["logprob"]))
-        total = sum(mass.values())
-        probabilities = {score: p / total for score, p in sorted(mass.items())}
-        return sum(score * p for score, p in probabilities.items()), probabilities
-    raise UnreadableReply(f"no score token on the scale {scale} among the reply's tokens")
+    position = content[token_at(content, offset)]
+    chosen = _score_of_token(str(position.get("token", "")), valid)
+    if chosen is None:
+        raise UnreadableReply(f"the token {position.get('token')!r} at the score's position is not one score "
+                              f"on the scale {scale}")
+    mass: dict[int, float] = {}
+    alternatives = position.get("top_logprobs") or []
+    for alternative in alternatives:
+        score = _score_of_token(str(alternative.get("token", "")), valid)
+        if score is not None:
+            mass[score] = mass.get(score, 0.0) + math.exp(float(alternative["logprob"]))
+    if str(position.get("token")) not in {str(a.get("token")) for a in alternatives}:
+        # the sampled token itself is missing from the top list: count it once
+        mass[chosen] = mass.get(chosen, 0.0) + math.exp(float(position["logprob"]))
+    total = sum(mass.values())
+    probabilities = {score: p / total for score, p in sorted(mass.items())}
+    return sum(score * p for score, p in probabilities.items()), probabilities
 
 
 def logprobs_unavailable(resolved: ResolvedModel) -> str | None:
@@ -155,17 +244,21 @@ def make_form_filling_node(
     temperature: float = 1.0,
     template: str | None = None,
     role: str = "evaluator",
+    fluency_scale: int = 3,
 ) -> RunnableLambda:
     """A node where one evaluator fills the form and the verdict is the expected score.
 
     The model comes from the runtime context by ``agent`` name, else ``role``. Judgments: with samples,
     one per sample under ``"<agent> #<i>"``; with log-probabilities, the one reply under ``agent``.
+    ``fluency_scale``: 3 = G-Eval's released SummEval fluency prompt (1-3), 5 = the project's 1-5 variant.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
     if n < 1:
         raise ValueError("n (the number of samples) must be at least 1")
-    frame = FormFillingTemplate(style, template)
+    if fluency_scale not in FLUENCY_SCALES:
+        raise ValueError(f"fluency_scale must be 3 (G-Eval's released prompt) or 5, not {fluency_scale}")
+    frame = FormFillingTemplate(style, template, fluency_scale)
 
     def body(state: dict[str, Any]):
         item = as_item(state["item"])
@@ -177,20 +270,25 @@ def make_form_filling_node(
             if fallback is None:
                 # form=None: the reply is read from its text below; structured output would replace G-Eval's
                 # "scores ONLY" form with a JSON schema (and its tokens would no longer be the form's)
-                reply = yield ModelRequest(agent=agent, role=role, messages=messages, want_logprobs=True)
+                reply = yield ModelRequest(agent=agent, role=role, messages=messages, want_logprobs=True,
+                                           params=dict(LOGPROB_PARAMS))
                 content = (reply.message.response_metadata.get("logprobs") or {}).get("content")
                 if content:
                     try:
-                        expected, probabilities = expected_score_from_logprobs(content, form.scale)  # type: ignore[arg-type]
-                        judgment = read_or_missing(form, agent, reply.message.text, 1)
+                        text = reply.message.text
+                        score, offset = score_in_reply(text, style, form)
+                        expected, probabilities = expected_score_from_logprobs(content, form.scale, offset)  # type: ignore[arg-type]
+                        judgment = Judgment(agent=agent, kind=TaskKind.SCORE, raw=text, attempts=1, score=score)
                         return _logprob_update(agent, reply, judgment, expected, probabilities)
                     except UnreadableReply as err:
                         fallback = f"the reply's log-probabilities hold no score: {err}"
                 else:
                     fallback = "the reply carried no log-probabilities"
         # samples are read as text and never re-asked: an unreadable sample is a missing judgment
-        reply = yield ModelRequest(agent=agent, role=role, messages=messages, n=n, params={"temperature": temperature})
-        named = [read_or_missing(form, f"{agent} #{i}", sample.text, 1) for i, sample in enumerate(reply.samples, 1)]
+        reply = yield ModelRequest(agent=agent, role=role, messages=messages, n=n,
+                                   params={"temperature": temperature, **SAMPLE_PARAMS[str(style)]})
+        named = [read_reply(form, str(style), f"{agent} #{i}", sample.text)
+                 for i, sample in enumerate(reply.samples, 1)]
         verdict = aggregate(named, TaskKind.SCORE)
         detail: dict[str, Any] = {"estimator": "samples", "n": n, "temperature": temperature,
                                   "scores": [j.score for j in named], "unreadable": verdict.n_missing}

@@ -175,6 +175,32 @@ def item_slots(item: EvalItem, tpl: ReferTemplate) -> dict[str, Any]:
     }
 
 
+# --- generation parameters (Appendix C) -----------------------------------------------------------
+# "For the peer models, we use the default hyperparameters except for the max_tokens=128" (NLG); 192 for
+# multimodal peers; reasoning peers: max_tokens 256, temperature 1, top_p 1. temperature None = not sent,
+# so the provider's default applies (a model spec's own temperature, 0 by default, would not be "default").
+PEER_PARAMS: dict[str, dict[str, Any]] = {
+    "nlg": {"temperature": None, "max_tokens": 128},
+    "multimodal": {"temperature": None, "max_tokens": 192},
+    "reasoning": {"temperature": 1, "top_p": 1, "max_tokens": 256},
+}
+# the area chair: "temperature=1, max_tokens=256, top_p=1 ... n=20" (NLG and multimodal); for reasoning "we
+# don't set any limit on the max_tokens" (None: not sent). frequency/presence penalty 0 and stop=None are the
+# providers' defaults and are not sent (Gemini and local models have no such parameters).
+AREA_CHAIR_MAX_TOKENS: dict[str, int | None] = {"nlg": 256, "multimodal": 256, "reasoning": None}
+
+
+def setting_of(item: EvalItem, tpl: ReferTemplate) -> str:
+    """Which of Appendix C's settings applies: 'reasoning' (an answer), 'multimodal' (an image), else 'nlg'."""
+    if tpl.answer != "score":
+        return "reasoning"
+    return "multimodal" if item.image is not None else "nlg"
+
+
+def area_chair_params(setting: str, temperature: float) -> dict[str, Any]:
+    return {"temperature": temperature, "top_p": 1, "max_tokens": AREA_CHAIR_MAX_TOKENS[setting]}
+
+
 def human_message(prompt: str, item: EvalItem) -> HumanMessage:
     """The prompt as a user message; with the item's image as a second content part (vision models of
     OpenAI and Gemini both read ``image_url`` parts with a data URL)."""
@@ -236,16 +262,17 @@ def make_peer_node(peer: Peer, choose: TemplateChoice) -> RunnableLambda:
     """A peer: one independent evaluation with the peer prompt. If its model fails for good (after the
     client's retries) the peer's judgment is missing with the reason and the graph goes on without it."""
 
-    def prepare(state: dict[str, Any]) -> tuple[HumanMessage, AnswerForm]:
+    def prepare(state: dict[str, Any]) -> tuple[HumanMessage, AnswerForm, dict[str, Any]]:
         item = as_item(state["item"])
         tpl = choose(item)
         prompt = render(tpl.peer, **item_slots(item, tpl), peer_evaluations="", n_peers="")
-        return human_message(prompt, item), tpl.form(item)
+        params = {**PEER_PARAMS[setting_of(item, tpl)], **peer.params}  # the peer's own overrides win
+        return human_message(prompt, item), tpl.form(item), params
 
     def body(state: dict[str, Any]):
-        message, form = prepare(state)
+        message, form, params = prepare(state)
         reply: ModelReply = yield ModelRequest(agent=peer.name, role="peer", messages=[message],
-                                               form=form, params=dict(peer.params))
+                                               form=form, params=params)
         judgment = reply.judgment
         assert judgment is not None  # a form was given
         return {"judgments": {peer.name: judgment.to_state()},
@@ -284,11 +311,13 @@ def make_peer_node(peer: Peer, choose: TemplateChoice) -> RunnableLambda:
 
 def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, samples: int = 20,
                          temperature: float = 1.0, feedback: str = "score",
-                         name: str = "area_chair") -> RunnableLambda:
+                         name: str = "area_chair", use_first: bool = False) -> RunnableLambda:
     """The area chair: reads the item and the readable peers' evaluations (in peer order), samples
-    ``samples`` responses at ``temperature`` and gives the verdict: the mean of the parsed ratings (or the
-    majority answer for reasoning), one chosen comment, the other comments kept. Unreadable samples and
-    missing peers are left out and counted."""
+    ``samples`` responses at ``temperature`` (Appendix C: top_p 1, max_tokens 256; no limit for reasoning)
+    and gives the verdict: the mean of the parsed ratings (or the majority answer for reasoning), one
+    chosen comment, the other comments kept. Unreadable samples and missing peers are left out and counted.
+    ``use_first``: the verdict is the FIRST of the ``samples`` (ReFeR-Lite as the released scripts compute
+    it, from Turbo's request); all samples stay in the history."""
     if feedback not in FEEDBACK_MODES:
         raise ValueError(f"unknown feedback mode {feedback!r}; choose one of {', '.join(FEEDBACK_MODES)}")
     if samples < 1:
@@ -311,7 +340,7 @@ def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, sample
         message = human_message(prompt, item)
         form = tpl.form(item)
         reply: ModelReply = yield ModelRequest(agent=name, role="area_chair", messages=[message], form=form,
-                                               n=samples, params={"temperature": temperature})
+                                               n=samples, params=area_chair_params(setting_of(item, tpl), temperature))
         if samples > 1:
             texts = [m.text for m in reply.samples]
             judgments = list(reply.sample_judgments)
@@ -319,7 +348,11 @@ def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, sample
         else:
             assert reply.judgment is not None
             texts, judgments, spoken = [reply.message.text], [reply.judgment], [reply.message]
+        if use_first:
+            texts, judgments = texts[:1], judgments[:1]
         verdict, chosen = area_chair_verdict(item, judgments, texts, peer_judgments)
+        if use_first:
+            verdict = verdict.model_copy(update={"detail": {**verdict.detail, "first_of": samples}})
         final = _final_judgment(name, item, verdict, judgments, chosen)
         return {"verdict": verdict.to_state(), "judgments": {name: final.to_state()},
                 "histories": {name: [message, *spoken]}, "transcript": spoken}
@@ -382,6 +415,6 @@ def _final_judgment(name: str, item: EvalItem, verdict: Verdict, samples: Sequen
                     answer=verdict.answer, evidence=comment_of(samples[chosen].raw))
 
 
-__all__ = ["FEEDBACK_MODES", "Peer", "ReferTemplate", "area_chair_verdict", "comment_of", "feedback_of",
-           "human_message", "item_slots", "make_area_chair_node", "make_peer_node", "peer_block",
-           "template_for"]
+__all__ = ["AREA_CHAIR_MAX_TOKENS", "FEEDBACK_MODES", "PEER_PARAMS", "Peer", "ReferTemplate", "area_chair_params",
+           "area_chair_verdict", "comment_of", "feedback_of", "human_message", "item_slots", "make_area_chair_node",
+           "make_peer_node", "peer_block", "setting_of", "template_for"]

@@ -15,10 +15,30 @@ def pairwise_responder(request: dict, index: int) -> str:
     return pairwise_reply(8, 4)  # a judge that always prefers the answer shown first
 
 
-def test_single_agent_with_bpc_on_faireval(openai_server, tmp_path: Path) -> None:
-    server = openai_server(pairwise_responder)
+def test_single_agent_with_bpc_on_faireval_is_faireval_s_own_evaluator(openai_server, tmp_path: Path) -> None:
+    server = openai_server(lambda request, i: "Evaluation evidence: ok\nScore of the Assistant 1: 8\n"
+                                              "Score of the Assistant 2: 4")
     out = tmp_path / "run"
     code = main(["eval", "--protocol", "single", "--calibrate", "bpc", "--dataset", "faireval", "--limit", "2",
+                 "--model", "judge", "--base-url", server.base_url, "--out", str(out), "--quiet"])
+    assert code == 0
+    assert len(server.requests) == 4  # two orders per item, one review each (FairEval.py -k 1)
+    assert {r["messages"][0]["content"] for r in server.requests} == {
+        "You are a helpful and precise assistant for checking the quality of the answer."}
+    assert {(r["temperature"], r["max_completion_tokens"], r.get("n", 1)) for r in server.requests} == {(1.0, 512, 1)}
+    for record in read_results(out):
+        assert set(record["judgments"]) == {"original_order #1", "swapped_order #1"}
+        verdict = record["verdict"]
+        assert (verdict["score_1"], verdict["score_2"], verdict["label"]) == (6.0, 6.0, "tie")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["calibration_baseline"] == "faireval" and manifest["parameters"]["mec_k"] == 1
+
+
+def test_single_agent_with_bpc_on_faireval_wrapping_chateval(openai_server, tmp_path: Path) -> None:
+    server = openai_server(pairwise_responder)
+    out = tmp_path / "run"
+    code = main(["eval", "--protocol", "single", "--calibrate", "bpc", "--calibration-baseline", "chateval",
+                 "--dataset", "faireval", "--limit", "2",
                  "--model", "judge", "--base-url", server.base_url, "--out", str(out), "--quiet"])
     assert code == 0
     assert len(server.requests) == 4  # two orders per item
@@ -29,7 +49,9 @@ def test_single_agent_with_bpc_on_faireval(openai_server, tmp_path: Path) -> Non
         assert record["usage"]["Single Agent"]["requests"] == 2
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["parameters"]["calibrate"] == "bpc" and manifest["parameters"]["protocol"] == "single"
+    assert manifest["parameters"]["calibration_baseline"] == "chateval"
     assert manifest["cli"]["protocol_args"]["calibrate"] == "bpc"  # what --resume restores
+    assert manifest["cli"]["protocol_args"]["calibration_baseline"] == "chateval"
 
 
 def test_ensemble_with_mec(openai_server, tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_cli_eval_with_the_tie_breaker(openai_server, tmp_path: Path, capsys: py
                if agent_of(r) == "Critic")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["parameters"] == {"critic": "plain", "max_iterations": 2, "tie_breaker": True,
-                                      "commander_llm": False, "protocol": "debate"}
+                                      "commander_llm": False, "no_issue_rule": "paper", "protocol": "debate"}
 
 
 def test_cli_draws_the_debate_loop(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,12 +8,12 @@ import math
 from typing import Any
 
 import pytest
-from jurygraph.nodes.geval import expected_score_from_logprobs, valid_scores
+from jurygraph.nodes.geval import expected_score_from_logprobs, read_reply, score_in_reply, valid_scores
 
 from jurygraph import EvalItem, JuryContext, create_analyze_rate, create_geval, judgments_of, verdict_of
-from jurygraph.extraction import UnreadableReply
+from jurygraph.extraction import AnswerForm, UnreadableReply
 from jurygraph.fake_server import prompt_of
-from jurygraph.items import Scale
+from jurygraph.items import Scale, TaskKind
 from jurygraph.testing import FakeJudge
 
 SUMMEVAL = EvalItem(id="d1#0", task="score", dataset="summeval", aspect="coherence", scale={"low": 1, "high": 5},
@@ -46,8 +46,14 @@ ANALYZE_RATE_LOGPROBS = [
 ]
 
 
-def test_logprob_estimator_gives_the_exact_expected_value_at_the_last_score_position() -> None:
-    expected, probabilities = expected_score_from_logprobs(ANALYZE_RATE_LOGPROBS, Scale(low=1, high=5))
+ANALYZE_RATE_TEXT = "".join(p["token"] for p in ANALYZE_RATE_LOGPROBS)
+RATING_FORM = AnswerForm(TaskKind.SCORE, "Rating:", scale=Scale(low=1, high=5), labels=("Coherence", "coherence"))
+
+
+def test_logprob_estimator_gives_the_exact_expected_value_at_the_rating_the_form_asks_for() -> None:
+    score, offset = score_in_reply(ANALYZE_RATE_TEXT, "analyze-rate", RATING_FORM)
+    assert (score, ANALYZE_RATE_TEXT[offset]) == (4.0, "4")
+    expected, probabilities = expected_score_from_logprobs(ANALYZE_RATE_LOGPROBS, Scale(low=1, high=5), offset)
     # valid mass 0.40 + 0.10 + 0.20 + 0.15 = 0.85 -> p(4) = 0.5/0.85, p(3) = 0.2/0.85, p(5) = 0.15/0.85
     assert probabilities == pytest.approx({3: 0.20 / 0.85, 4: 0.50 / 0.85, 5: 0.15 / 0.85}, abs=1e-12)
     assert expected == pytest.approx((3 * 0.20 + 4 * 0.50 + 5 * 0.15) / 0.85, abs=1e-12)  # = 3.35 / 0.85
@@ -56,16 +62,48 @@ def test_logprob_estimator_gives_the_exact_expected_value_at_the_last_score_posi
 
 def test_logprob_estimator_counts_a_sampled_token_missing_from_the_top_list_once() -> None:
     content = [position("3", 0.25, {"2": 0.5, "1": 0.25})]
-    expected, probabilities = expected_score_from_logprobs(content, Scale(low=1, high=3))
+    expected, probabilities = expected_score_from_logprobs(content, Scale(low=1, high=3), 0)
     assert probabilities == pytest.approx({1: 0.25, 2: 0.5, 3: 0.25}, abs=1e-12)
     assert expected == pytest.approx(2.0, abs=1e-12)
 
 
-def test_logprob_estimator_refuses_a_reply_without_a_score_token() -> None:
+def test_logprob_estimator_refuses_a_position_without_a_score_token() -> None:
     assert valid_scores(Scale(low=0, high=1)) == [0, 1]
-    with pytest.raises(UnreadableReply, match="no score token on the scale 1-5"):
-        expected_score_from_logprobs([position("fine", 0.9, {"fine": 0.9}), position("7", 0.5, {"7": 0.5})],
-                                     Scale(low=1, high=5))
+    content = [position("fine", 0.9, {"fine": 0.9}), position("7", 0.5, {"7": 0.5})]
+    with pytest.raises(UnreadableReply, match="not one score on the scale 1-5"):
+        expected_score_from_logprobs(content, Scale(low=1, high=5), 4)
+    with pytest.raises(UnreadableReply, match="end before character 9"):
+        expected_score_from_logprobs(content, Scale(low=1, high=5), 9)
+
+
+# "4/5" and "4 out of 5": the score is the FIRST token (the last number is the scale's top, not the score)
+FOUR_OF_FIVE = {"4/5": ["4", "/", "5"], "4 out of 5": ["4", " out", " of", " 5"]}
+
+
+@pytest.mark.parametrize("reply", FOUR_OF_FIVE)
+def test_geval_logprobs_read_the_leading_score_not_the_last_number(reply: str) -> None:
+    content = [position(FOUR_OF_FIVE[reply][0], 0.5, {"4": 0.5, "3": 0.5})]
+    content += [position(t, 0.99, {t: 0.99, "4": 0.01}) for t in FOUR_OF_FIVE[reply][1:]]
+    score, offset = score_in_reply(reply, "geval", RATING_FORM)
+    assert (score, offset) == (4.0, 0)
+    expected, _ = expected_score_from_logprobs(content, Scale(low=1, high=5), offset)
+    assert expected == pytest.approx(3.5, abs=1e-12)
+
+
+@pytest.mark.parametrize(("reply", "score"), [
+    ("4\n\nThe summary is well organised.", 4.0), ("3 - The summary repeats itself.", 3.0), (" 2", 2.0),
+    ("4/5", 4.0), ("4 out of 5", 4.0), ("- Coherence: 4", 4.0), ("**Coherence**: 2", 2.0), ("5.", 5.0)])
+def test_geval_reads_samples_as_its_own_script_does(reply: str, score: float) -> None:
+    judgment = read_reply(RATING_FORM, "geval", "G-Eval #1", reply)
+    assert not judgment.missing and judgment.score == score
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("The summary is fine.", "no score where the form asks"), ("7", "outside the prompt's scale 1-5"),
+    ("...", "not a number")])
+def test_geval_unreadable_samples_are_missing_with_the_reason(reply: str, reason: str) -> None:
+    judgment = read_reply(RATING_FORM, "geval", "G-Eval #1", reply)
+    assert judgment.missing and reason in (judgment.reason or "") and judgment.score is None
 
 
 def test_geval_prompt_follows_the_published_structure() -> None:
