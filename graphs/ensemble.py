@@ -1,7 +1,10 @@
 """ChatEval's "Multi-Agent (Ensemble)" baseline (ICLR version, §3.2): "we apply the single-agent method
 multiple times using different role prompts across the same instance and then aggregate their results
 through averaging to derive the final outcome" — independently and in parallel, with no discussion.
-Averaging is the default; a majority vote over the pairwise labels is the alternative.
+Averaging is the default (the same rule as ChatEval's default verdict, :func:`jurygraph.aggregation.aggregate`);
+a majority vote over the pairwise labels is the alternative. Each member is the single-agent method with a
+role prompt: the multi-agent template with the persona in the role slot and an empty history (the released
+code's one-role runs kept the multi-agent prompt), temperature 0, 512 max tokens.
 
 All referees run in ONE superstep (fan-out from START), so none can hear another; the core aggregator
 node is the barrier that combines them.
@@ -51,8 +54,7 @@ def create_ensemble(
         builder.add_node(node, make_solo_referee_node(referee, template=frame))
         builder.add_edge(START, node)
         nodes.append(node)
-    builder.add_node("aggregate", make_aggregator_node([r.name for r in panel],
-                                                      method="mean" if method == "mean" else None))
+    builder.add_node("aggregate", make_aggregator_node([r.name for r in panel], method=method))
     builder.add_edge(nodes, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
