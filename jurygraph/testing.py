@@ -52,6 +52,8 @@ class FakeJudge(BaseChatModel):
     fail_when: Callable[[str], bool] | None = None
     model_name: str = "fake-judge"
     temperature: float = 0.0
+    top_p: float | None = None  # generation fields as chat clients have them, so protocol defaults and --gen apply
+    max_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
     tokens_per_word: float = 1.0
