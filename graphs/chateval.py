@@ -152,6 +152,27 @@ def create_chateval(
 # --- command line -------------------------------------------------------------------------------
 
 
+def paper_positions(args: Any) -> None:
+    """ChatEval "employ[s] position calibration techniques in both single-agent and multi-agent settings"
+    (§3.2): each pairwise item is judged in both orders and the scores combined, as its scoring script sums
+    each assistant's scores over the referees and both orders. So on a pairwise dataset the command line of
+    ``chateval``, ``single`` and ``ensemble`` applies FairEval's BPC (``--calibrate bpc``) unless another
+    calibration is asked for or ``--no-calibrate`` keeps one order. The task must be known: a built-in
+    dataset or ``--task pairwise``; a factory called from Python is never wrapped."""
+    from jurygraph.graphs.calibration import BUILTIN_TASKS
+
+    task = getattr(args, "task", None) or BUILTIN_TASKS.get(str(getattr(args, "dataset", None) or "").lower())
+    if task == "pairwise" and getattr(args, "calibrate", None) is None and not getattr(args, "no_calibrate", False):
+        args.calibrate = "bpc"
+
+
+def add_position_argument(options: Any) -> None:
+    """``--no-calibrate``, shared by ChatEval and its baselines (the first declaration wins)."""
+    options.add_argument("--no-calibrate", action="store_true",
+                         help="chateval/single/ensemble on pairwise data: judge one order only (default: both "
+                              "orders, --calibrate bpc, as ChatEval's position calibration)")
+
+
 def _cli_arguments(options: Any) -> None:
     options.add_argument("--strategy", choices=STRATEGIES, default="one-by-one",
                          help="ChatEval communication strategy (default: one-by-one)")
@@ -166,9 +187,11 @@ def _cli_arguments(options: Any) -> None:
     options.add_argument("--aggregate", choices=AGGREGATE_METHODS, default="average",
                          help="ChatEval pairwise verdict: compare each assistant's average score over the "
                               "referees (default, the paper) or a majority vote of their labels")
+    add_position_argument(options)
 
 
 def _cli_build(args: Any) -> ProtocolSetup:
+    paper_positions(args)
     graph = create_chateval(referees=args.agents, personas=args.personas, turns=args.turns,
                             strategy=args.strategy, summary_mode=args.summary_mode, aggregate=args.aggregate)
     params = {"strategy": args.strategy, "agents": args.agents, "personas": args.personas, "turns": args.turns,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from jurygraph.graphs.chateval import add_position_argument, paper_positions
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, node_id
 from jurygraph.nodes.solo import make_solo_referee_node
@@ -70,9 +71,11 @@ def _cli_arguments(options: Any) -> None:
                          help="ChatEval: comma-separated persona names from the paper, or 'same-role'")
     options.add_argument("--ensemble-method", choices=("mean", "majority"), default="mean",
                          help="Ensemble: average each answer's scores (default, the paper) or vote the labels")
+    add_position_argument(options)
 
 
 def _cli_build(args: Any) -> ProtocolSetup:
+    paper_positions(args)
     graph = create_ensemble(referees=args.agents, personas=args.personas, method=args.ensemble_method)
     return ProtocolSetup(graph, {}, {"agents": args.agents, "personas": args.personas,
                                      "method": args.ensemble_method})

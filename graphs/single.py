@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jurygraph.graphs.chateval import add_position_argument, paper_positions
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.referee import ChatEvalTemplate, node_id
 from jurygraph.nodes.solo import SINGLE_AGENT, make_solo_referee_node
@@ -52,8 +53,9 @@ def create_single_agent(
 
 
 def _cli_build(args: Any) -> ProtocolSetup:
+    paper_positions(args)
     return ProtocolSetup(create_single_agent(), {}, {})
 
 
 CLI_PROTOCOLS = [CLIProtocol("single", "Single-Agent baseline: one referee, ChatEval's single-agent prompt "
-                             "(released code; no history, role or referee lines)", lambda options: None, _cli_build)]
+                             "(released code; no history, role or referee lines)", add_position_argument, _cli_build)]

@@ -13,6 +13,7 @@ import pytest
 
 from jurygraph import EvalItem, JuryContext, create_chateval, create_ensemble, create_single_agent, verdict_of
 from jurygraph.cli import main
+from jurygraph.datasets import load_faireval
 from jurygraph.fake_server import prompt_of
 from jurygraph.models import parse_gen
 
@@ -141,8 +142,9 @@ def test_summarizer_append_default_sends_the_codes_summary_prompt(openai_server)
     summaries = [prompt_of(r) for r in server.requests if "New summary:" in prompt_of(r)]
     new_lines = "[General Public]: General Public turn 1\n[Critic]: Critic turn 1"
     assert summaries == [SUMMARIZER.replace("${summary}", "").replace("${new_lines}", new_lines)]
-    finals = [prompt_of(r) for r in server.requests if "[score only]" in prompt_of(r)]
-    assert finals == [referee_prompt(n, "[Summarizer]: SUMMARY 1", final=True) for n in ("General Public", "Critic")]
+    finals = sorted(prompt_of(r) for r in server.requests if "[score only]" in prompt_of(r))  # one superstep
+    assert finals == sorted(referee_prompt(n, "[Summarizer]: SUMMARY 1", final=True)
+                            for n in ("General Public", "Critic"))
     assert_chateval_settings(server.requests)  # the summarizer too: the code's summarizer llm block
     assert out["usage"]["Summarizer"]["params"] == {"temperature": 0, "top_p": None, "max_tokens": 512, "n": 1}
 
@@ -207,11 +209,18 @@ def test_gen_overrides_one_agent_and_the_manifest_records_every_agents_parameter
                  "--base-url", server.base_url, "--out", str(out), "--quiet", "--no-cache",
                  "--gen", "Critic.temperature=0.7", "--gen", "all.top_p=0.9"])
     assert code == 0
+    # ChatEval's position calibration by default: the item in both orders (FairEval's BPC around the graph)
+    prompts = [prompt_of(r) for r in server.requests]
+    assert len(prompts) == 8
+    first = load_faireval().items[0]
+    orders = {p.index(first.response_1 or "") < p.index(first.response_2 or "") for p in prompts}
+    assert orders == {True, False}
     by_speaker = {speaker_of(prompt_of(r)): r for r in server.requests}
     assert (by_speaker["Critic"]["temperature"], by_speaker["General Public"]["temperature"]) == (0.7, 0)
     assert all(r["top_p"] == 0.9 and r["max_completion_tokens"] == 512 for r in server.requests)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["parameters"]["aggregate"] == "average" and manifest["structured_output"] is False
+    assert manifest["parameters"]["calibrate"] == "bpc"
     assert manifest["gen"] == {"Critic": {"temperature": 0.7}, "*": {"top_p": 0.9}}
     assert manifest["generation"] == {
         "General Public": {"temperature": 0, "top_p": 0.9, "max_tokens": 512, "n": 1},
