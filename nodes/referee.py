@@ -1,4 +1,5 @@
-"""ChatEval's referee: one agent speaking once, from the history it has heard, in the paper's template."""
+"""ChatEval's referee: one agent speaking once, from the history it has heard, in ChatEval's FairEval template
+(the paper's) or a scoring template in its frame (jurygraph's own for Topical-Chat, SummEval and other items)."""
 
 from __future__ import annotations
 
