@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
+from jurygraph.graphs.calibration import BUILTIN_TASKS
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.discussion import (
     SUMMARY_MODES,
@@ -159,8 +160,6 @@ def paper_positions(args: Any) -> None:
     ``chateval``, ``single`` and ``ensemble`` applies FairEval's BPC (``--calibrate bpc``) unless another
     calibration is asked for or ``--no-calibrate`` keeps one order. The task must be known: a built-in
     dataset or ``--task pairwise``; a factory called from Python is never wrapped."""
-    from jurygraph.graphs.calibration import BUILTIN_TASKS
-
     task = getattr(args, "task", None) or BUILTIN_TASKS.get(str(getattr(args, "dataset", None) or "").lower())
     if task == "pairwise" and getattr(args, "calibrate", None) is None and not getattr(args, "no_calibrate", False):
         args.calibrate = "bpc"
