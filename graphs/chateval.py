@@ -163,6 +163,10 @@ def paper_positions(args: Any) -> None:
     task = getattr(args, "task", None) or BUILTIN_TASKS.get(str(getattr(args, "dataset", None) or "").lower())
     if task == "pairwise" and getattr(args, "calibrate", None) is None and not getattr(args, "no_calibrate", False):
         args.calibrate = "bpc"
+        # the single agent's OWN calibration, not FairEval's evaluator, which `--protocol single --calibrate`
+        # runs where the calibration wrapper offers --calibration-baseline (absent here: no effect)
+        if getattr(args, "protocol", None) == "single":
+            args.calibration_baseline = "chateval"
 
 
 def add_position_argument(options: Any) -> None:

@@ -274,10 +274,6 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
     return out
 
 
-# a parameter's field name where a client names it differently (Gemini: max_output_tokens, alias max_tokens)
-_FIELD_ALIASES = {"max_tokens": ("max_output_tokens",)}
-
-
 def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
     """The model with this request's parameter overrides (temperature, logprobs...) as field values."""
     params = dict(req.params)
@@ -286,10 +282,9 @@ def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
     if not params:
         return resolved.model
     fields = type(resolved.model).model_fields
-    for name, aliases in _FIELD_ALIASES.items():
-        alias = next((a for a in aliases if a in fields), None)
-        if name in params and name not in fields and alias:
-            params[alias] = params.pop(name)
+    # a parameter may be named by its field's alias (Gemini's max_output_tokens is aliased max_tokens)
+    aliases = {f.alias: name for name, f in fields.items() if f.alias and f.alias not in fields}
+    params = {aliases.get(key, key): value for key, value in params.items()}
     unknown = set(params) - set(fields)
     if unknown:
         raise TypeError(f"{resolved.label} has no parameter(s) {', '.join(sorted(unknown))} (agent {req.agent!r})")

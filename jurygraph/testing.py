@@ -51,8 +51,9 @@ class FakeJudge(BaseChatModel):
     script: list[str] = Field(default_factory=list)
     fail_when: Callable[[str], bool] | None = None
     model_name: str = "fake-judge"
-    temperature: float = 0.0
-    top_p: float | None = None  # generation fields as chat clients have them, so protocol defaults and --gen apply
+    # call parameters protocols set per request (None = the provider's default): accepted, not used for replies
+    temperature: float | None = 0.0
+    top_p: float | None = None
     max_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
