@@ -5,8 +5,16 @@ The three communication strategies of the paper are three wirings of the same no
 - one-by-one (Algorithm 1): referees speak in turn; each hears everything said before it.
 - simultaneous (Algorithm 2): the referees of a round run in ONE LangGraph superstep, so nobody hears
   a same-round message; a delivery node then adds the round to every history (the paper's buffer).
-- summarizer (Algorithm 3): as simultaneous, but a summarizer LLM condenses the round and the summary
-  goes into every history, appended (arXiv) or replacing the history (ICLR).
+- summarizer (Algorithm 3): as simultaneous, but a summarizer LLM condenses the round. ``summary_mode``:
+  ``append`` (default): Algorithm 3 as printed (arXiv text), the round's summary is appended to every
+  history and the raw messages reach nobody; ``replace``: the ICLR text, a cumulative summary replaces
+  every history; ``code``: the released code, every referee receives the raw messages AND its own
+  running summary of its whole memory (see :mod:`jurygraph.nodes.discussion`).
+
+The verdict (``aggregate``): ``"average"`` (default): each assistant's mean score over the referees'
+final judgments, equal means a tie, as the paper's "average" for direct scores and its scoring script
+(which sums the scores); ``"majority"``: a vote of each referee's label. Generation parameters are the
+paper's and the released configs': temperature 0, 512 max tokens (``--gen`` overrides them).
 
 :func:`wire_turns` expresses any mix: each turn is a list of speaking groups, a group speaks
 simultaneously, groups follow one another.
@@ -17,15 +25,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
+from jurygraph.graphs.calibration import BUILTIN_TASKS
 from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.discussion import SummaryMode, make_delivery_node, make_summarizer_node, merge_buffer
+from jurygraph.nodes.discussion import (
+    SUMMARY_MODES,
+    SummaryMode,
+    make_delivery_node,
+    make_summarizer_node,
+    merge_buffer,
+)
 from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, make_referee_node, node_id
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, StateGraph
 
+from jurygraph.aggregation import AGGREGATE_METHODS, AggregateMethod
 from jurygraph.models import JuryContext
 from jurygraph.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.state import JuryState
+from jurygraph.state import JuryState, merge_dicts
 
 Strategy = Literal["one-by-one", "simultaneous", "summarizer"]
 STRATEGIES: tuple[str, ...] = ("one-by-one", "simultaneous", "summarizer")
@@ -35,6 +51,7 @@ TurnPlan = Sequence[Sequence[str]]  # one turn: groups of referee names; a group
 class ChatEvalState(JuryState, total=False):
     round_buffer: Annotated[dict[str, AIMessage], merge_buffer]
     summary: str
+    summaries: Annotated[dict[str, str], merge_dicts]  # summary_mode="code": each referee's running summary
 
 
 def strategy_plan(strategy: str, names: Sequence[str], turns: int) -> list[TurnPlan]:
@@ -99,6 +116,7 @@ def create_chateval(
     turns: int = 2,
     strategy: Strategy | str = "one-by-one",
     summary_mode: SummaryMode = "append",
+    aggregate: AggregateMethod = "average",
     template: str | None = None,
     final_prompt: str | None = None,
     summary_template: str | None = None,
@@ -110,25 +128,52 @@ def create_chateval(
     ``referees``: panel size (default 2: General Public, Critic); ``personas``: the paper's persona
     names, custom :class:`Referee` objects, or ``"same-role"`` for the Annotator ablation. Each
     referee's model comes from the runtime context by its name, else the ``"referee"`` role. The
-    verdict is the majority vote of the final-turn judgments (pairwise) or their mean (scores).
+    verdict combines the final-turn judgments: scores are averaged; pairwise, ``aggregate="average"``
+    (the paper) compares each assistant's mean score, ``"majority"`` votes the referees' labels.
     """
     if turns < 1:
         raise ValueError("turns must be at least 1")
-    if summary_mode not in ("append", "replace"):
-        raise ValueError("summary_mode must be 'append' (arXiv) or 'replace' (ICLR)")
+    if summary_mode not in SUMMARY_MODES:
+        raise ValueError("summary_mode must be 'append' (Algorithm 3, arXiv), 'replace' (ICLR) or 'code' "
+                         "(the released code)")
+    if aggregate not in (*AGGREGATE_METHODS, "mean"):
+        raise ValueError(f"aggregate must be one of {', '.join(AGGREGATE_METHODS)}, not {aggregate!r}")
     panel = chateval_personas(personas, referees)
     plan = strategy_plan(strategy, [r.name for r in panel], turns)
     builder = StateGraph(state_schema, context_schema=context_schema)
     frame = ChatEvalTemplate(template, final_prompt)
     last = wire_turns(builder, panel, plan, summarize=strategy == "summarizer", summary_mode=summary_mode,
                       template=frame, summary_template=summary_template)
-    builder.add_node("aggregate", make_aggregator_node([r.name for r in panel]))
+    builder.add_node("aggregate", make_aggregator_node([r.name for r in panel], method=aggregate))
     builder.add_edge(last, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
 
 
 # --- command line -------------------------------------------------------------------------------
+
+
+def paper_positions(args: Any) -> None:
+    """ChatEval "employ[s] position calibration techniques in both single-agent and multi-agent settings"
+    (§3.2): each pairwise item is judged in both orders and the scores combined, as its scoring script sums
+    each assistant's scores over the referees and both orders. So on a pairwise dataset the command line of
+    ``chateval``, ``single`` and ``ensemble`` applies FairEval's BPC (``--calibrate bpc``) unless another
+    calibration is asked for or ``--no-calibrate`` keeps one order. The task must be known: a built-in
+    dataset or ``--task pairwise``; a factory called from Python is never wrapped."""
+    task = getattr(args, "task", None) or BUILTIN_TASKS.get(str(getattr(args, "dataset", None) or "").lower())
+    if task == "pairwise" and getattr(args, "calibrate", None) is None and not getattr(args, "no_calibrate", False):
+        args.calibrate = "bpc"
+        # the single agent's OWN calibration, not FairEval's evaluator, which `--protocol single --calibrate`
+        # runs where the calibration wrapper offers --calibration-baseline (absent here: no effect)
+        if getattr(args, "protocol", None) == "single":
+            args.calibration_baseline = "chateval"
+
+
+def add_position_argument(options: Any) -> None:
+    """``--no-calibrate``, shared by ChatEval and its baselines (the first declaration wins)."""
+    options.add_argument("--no-calibrate", action="store_true",
+                         help="chateval/single/ensemble on pairwise data: judge one order only (default: both "
+                              "orders, --calibrate bpc, as ChatEval's position calibration)")
 
 
 def _cli_arguments(options: Any) -> None:
@@ -138,14 +183,22 @@ def _cli_arguments(options: Any) -> None:
     options.add_argument("--personas", default=None,
                          help="ChatEval: comma-separated persona names from the paper, or 'same-role'")
     options.add_argument("--turns", type=int, default=2, help="ChatEval: discussion turns (default 2)")
-    options.add_argument("--summary-mode", choices=("append", "replace"), default="append",
-                         help="ChatEval summarizer: append the round summary (arXiv) or replace the history (ICLR)")
+    options.add_argument("--summary-mode", choices=SUMMARY_MODES, default="append",
+                         help="ChatEval summarizer: append the round summary (Algorithm 3, arXiv; default), "
+                              "replace the history (ICLR), or code: raw messages plus each referee's running "
+                              "summary (the released code)")
+    options.add_argument("--aggregate", choices=AGGREGATE_METHODS, default="average",
+                         help="ChatEval pairwise verdict: compare each assistant's average score over the "
+                              "referees (default, the paper) or a majority vote of their labels")
+    add_position_argument(options)
 
 
 def _cli_build(args: Any) -> ProtocolSetup:
+    paper_positions(args)
     graph = create_chateval(referees=args.agents, personas=args.personas, turns=args.turns,
-                            strategy=args.strategy, summary_mode=args.summary_mode)
-    params = {"strategy": args.strategy, "agents": args.agents, "personas": args.personas, "turns": args.turns}
+                            strategy=args.strategy, summary_mode=args.summary_mode, aggregate=args.aggregate)
+    params = {"strategy": args.strategy, "agents": args.agents, "personas": args.personas, "turns": args.turns,
+              "aggregate": args.aggregate}
     if args.strategy == "summarizer":
         params["summary_mode"] = args.summary_mode
     return ProtocolSetup(graph, {}, params)

@@ -1,7 +1,10 @@
 """ChatEval's "Multi-Agent (Ensemble)" baseline (ICLR version, §3.2): "we apply the single-agent method
 multiple times using different role prompts across the same instance and then aggregate their results
 through averaging to derive the final outcome" — independently and in parallel, with no discussion.
-Averaging is the default; a majority vote over the pairwise labels is the alternative.
+Averaging is the default (the same rule as ChatEval's default verdict, :func:`jurygraph.aggregation.aggregate`);
+a majority vote over the pairwise labels is the alternative. Each member is the single-agent method with a
+role prompt: the multi-agent template with the persona in the role slot and an empty history (the released
+code's one-role runs kept the multi-agent prompt), temperature 0, 512 max tokens.
 
 All referees run in ONE superstep (fan-out from START), so none can hear another; the core aggregator
 node is the barrier that combines them.
@@ -12,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from jurygraph.graphs.chateval import add_position_argument, paper_positions
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, node_id
 from jurygraph.nodes.solo import make_solo_referee_node
@@ -51,8 +55,7 @@ def create_ensemble(
         builder.add_node(node, make_solo_referee_node(referee, template=frame))
         builder.add_edge(START, node)
         nodes.append(node)
-    builder.add_node("aggregate", make_aggregator_node([r.name for r in panel],
-                                                      method="mean" if method == "mean" else None))
+    builder.add_node("aggregate", make_aggregator_node([r.name for r in panel], method=method))
     builder.add_edge(nodes, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
@@ -68,9 +71,11 @@ def _cli_arguments(options: Any) -> None:
                          help="ChatEval: comma-separated persona names from the paper, or 'same-role'")
     options.add_argument("--ensemble-method", choices=("mean", "majority"), default="mean",
                          help="Ensemble: average each answer's scores (default, the paper) or vote the labels")
+    add_position_argument(options)
 
 
 def _cli_build(args: Any) -> ProtocolSetup:
+    paper_positions(args)
     graph = create_ensemble(referees=args.agents, personas=args.personas, method=args.ensemble_method)
     return ProtocolSetup(graph, {}, {"agents": args.agents, "personas": args.personas,
                                      "method": args.ensemble_method})

@@ -1,4 +1,4 @@
-"""Combining several judgments into a verdict: majority vote, mean. Missing judgments are left out
+"""Combining several judgments into a verdict: mean or majority vote. Missing judgments are left out
 and counted, never guessed; when none is readable the verdict itself is missing."""
 
 from __future__ import annotations
@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from statistics import fmean
-from typing import Any
+from typing import Any, Literal
 
 from jurygraph.items import TaskKind
 from jurygraph.judgments import Judgment, Verdict, pairwise_label
+
+# "average" is ChatEval's word (its CLI option), "mean" the verdict's method name: the same rule
+AggregateMethod = Literal["mean", "average", "majority"]
+AGGREGATE_METHODS: tuple[str, ...] = ("average", "majority")
 
 
 def majority_label(labels: Iterable[str]) -> tuple[str | None, dict[str, int]]:
@@ -23,11 +27,19 @@ def majority_label(labels: Iterable[str]) -> tuple[str | None, dict[str, int]]:
     return ranked[0][0], dict(votes)
 
 
-def aggregate(judgments: Iterable[Judgment], kind: TaskKind, method: str | None = None) -> Verdict:
-    """Majority vote for pairwise labels and choices, mean for scores (ChatEval §2, no forced consensus).
+def aggregate(judgments: Iterable[Judgment], kind: TaskKind, method: AggregateMethod | str | None = None) -> Verdict:
+    """The verdict of several judges, without forced consensus (ChatEval §2).
 
-    ``method`` may be 'mean' for pairwise too: the label then comes from the mean scores of each answer.
+    Scores: the mean. Choices: the majority vote. Pairwise, by default (``None``, ``"mean"`` or
+    ``"average"``): each assistant's mean score over the judges, the label from the two means, equal means a
+    tie. That is ChatEval's "average" and its scoring script, which sums each assistant's scores over the
+    referees (equal sums: a tie; sums and means order the same). ``"majority"`` instead votes each judge's
+    label (8-7 and 6-9 vote 1 and 2: a tie, although the means are 7.0 and 8.0). Judgments that carry a
+    label but no scores (e.g. direct-choice answers) can only be voted: they get the majority vote,
+    marked ``detail.no_scores``.
     """
+    if method not in (None, "mean", "average", "majority"):
+        raise ValueError(f"unknown aggregation {method!r}; choose one of {', '.join(AGGREGATE_METHODS)}")
     all_judgments = list(judgments)
     readable = [j for j in all_judgments if not j.missing]
     n_missing = len(all_judgments) - len(readable)
@@ -40,10 +52,12 @@ def aggregate(judgments: Iterable[Judgment], kind: TaskKind, method: str | None 
         answer, votes = majority_label(j.answer for j in readable if j.answer is not None)
         return Verdict(method="majority", answer=answer, votes=votes,
                        detail={} if answer else {"no_majority": True}, **base)
-    s1 = fmean(j.score_1 for j in readable if j.score_1 is not None)
-    s2 = fmean(j.score_2 for j in readable if j.score_2 is not None)
-    if method == "mean":
+    scored = all(j.score_1 is not None and j.score_2 is not None for j in readable)
+    s1 = fmean(j.score_1 for j in readable if j.score_1 is not None) if scored else None
+    s2 = fmean(j.score_2 for j in readable if j.score_2 is not None) if scored else None
+    if method != "majority" and s1 is not None and s2 is not None:
         return Verdict(method="mean", label=pairwise_label(s1, s2), score_1=s1, score_2=s2, **base)
     winner, votes = majority_label(j.label for j in readable if j.label is not None)
     label = pairwise_label(1, 0) if winner == "1" else pairwise_label(0, 1) if winner == "2" else "tie"
-    return Verdict(method="majority", label=label, score_1=s1, score_2=s2, votes=votes, **base)
+    return Verdict(method="majority", label=label, score_1=s1, score_2=s2, votes=votes,
+                   detail={} if scored else {"no_scores": True}, **base)

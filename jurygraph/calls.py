@@ -122,10 +122,22 @@ def _with_usage(update: dict[str, Any] | None, usage: dict[str, dict[str, Any]])
 
 
 def _in_context(req: ModelRequest, ctx: JuryContext) -> ModelRequest:
-    """The request with the run's call defaults (its own params win) and sample offset applied."""
-    if not ctx.call_params and not ctx.sample_offset:
+    """The request with the run's parameters and sample offset applied.
+
+    Precedence (lowest first): the protocol's paper defaults in ``req.params``, a wrapper's run-wide
+    ``call_params`` (MEC samples a whole protocol at temperature 1), the user's ``--gen`` overrides.
+    An ``n`` override applies to calls that sample (n > 1): a single-reply judging call read with the
+    re-ask cannot become n samples, so asking for that by agent or role name is an error, not ignored.
+    """
+    gen = ctx.gen_for(req.agent, req.role)
+    if not ctx.call_params and not ctx.sample_offset and not gen:
         return req
-    return replace(req, params={**ctx.call_params, **req.params}, sample_index=req.sample_index + ctx.sample_offset)
+    n = gen.pop("n", None)
+    if n is not None and req.n == 1 and (req.agent in ctx.gen or req.role in ctx.gen) and n != 1:
+        raise ValueError(f"--gen n={n} for agent {req.agent!r} (role {req.role!r}): this agent makes single-reply "
+                         "calls; n applies to agents that sample (G-Eval, ReFeR Turbo's area chair)")
+    return replace(req, params={**req.params, **ctx.call_params, **gen}, n=n if n and req.n > 1 else req.n,
+                   sample_index=req.sample_index + ctx.sample_offset)
 
 
 def _call_sync(req: ModelRequest, ctx: JuryContext, usage: dict[str, dict[str, Any]]) -> ModelReply:
@@ -161,7 +173,8 @@ def _plan(req: ModelRequest, resolved: ResolvedModel, ctx: JuryContext) -> Gener
         samples: list[AIMessage] = yield ("samples", req.messages)
         judgments = [read_or_missing(form, name, s.text, 1) for s in samples] if form else []
         return ModelReply(samples[0], None, samples, judgments, resolved.label)
-    structured = form is not None and resolved.structured
+    # JSON-schema output only when the model must (local) or the run asked for it; the papers read free text
+    structured = form is not None and (resolved.structured or (resolved.structured is None and ctx.structured_output))
     messages, attempts = list(req.messages), 1
     while True:
         reason: UnreadableReply | None = None
@@ -170,7 +183,8 @@ def _plan(req: ModelRequest, resolved: ResolvedModel, ctx: JuryContext) -> Gener
             if parsed is not None:
                 try:
                     judgment = form.from_structured(name, parsed, attempts)  # type: ignore[union-attr]
-                    spoken = AIMessage(form.render(parsed), name=name)  # type: ignore[union-attr]
+                    # the others hear the model's own words (its text field), not a rewrite in the answer form
+                    spoken = _named(message, name).model_copy(update={"content": judgment.evidence or ""})
                     return ModelReply(spoken, judgment, [message], [], resolved.label)
                 except UnreadableReply as err:
                     reason = err  # e.g. a score off the scale
@@ -209,10 +223,12 @@ def _named(message: BaseMessage, name: str) -> AIMessage:
 def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, resolved: ResolvedModel,
              ctx: JuryContext, usage: dict[str, dict[str, Any]]) -> Any:
     cache_key = _cache_key(ctx, kind, messages, req, resolved)
+    model = _bound(resolved, req)
+    _usage_entry(usage, req, resolved)["params"] = effective_params(model, req)  # also for cached answers
     hit = ctx.cache.get(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
-    model, gate = _bound(resolved, req), _gate(ctx, resolved)
+    gate = _gate(ctx, resolved)
 
     def send() -> Any:
         if kind == "samples":
@@ -234,10 +250,12 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
 async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, resolved: ResolvedModel,
                     ctx: JuryContext, usage: dict[str, dict[str, Any]]) -> Any:
     cache_key = _cache_key(ctx, kind, messages, req, resolved)
+    model = _bound(resolved, req)
+    _usage_entry(usage, req, resolved)["params"] = effective_params(model, req)  # also for cached answers
     hit = await ctx.cache.aget(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
-    model, gate = _bound(resolved, req), _gate(ctx, resolved)
+    gate = _gate(ctx, resolved)
 
     async def send() -> Any:
         if kind == "samples":
@@ -350,11 +368,27 @@ async def _samples_async(model: Any, resolved: ResolvedModel, messages: Sequence
     return list(await asyncio.gather(*(one() for _ in range(n))))
 
 
+def _usage_entry(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: ResolvedModel) -> dict[str, Any]:
+    return usage.setdefault(req.agent, {"role": req.role, "model": resolved.label, "requests": 0,
+                                        "input_tokens": 0, "output_tokens": 0})
+
+
+_RECORDED_PARAMS = {"temperature": "temperature", "top_p": "top_p", "max_tokens": "max_tokens",
+                    "max_output_tokens": "max_tokens"}
+
+
+def effective_params(model: Any, req: ModelRequest) -> dict[str, Any]:
+    """The generation parameters a call is sent with (the bound model's values, None = provider default)."""
+    fields = type(model).model_fields if hasattr(type(model), "model_fields") else {}
+    out = {name: getattr(model, field) for field, name in _RECORDED_PARAMS.items() if field in fields}
+    out["n"] = req.n
+    return out
+
+
 def _account(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: ResolvedModel, out: Any) -> None:
     """Add tokens and requests to the agent's usage; n native samples count as one request."""
     messages = out if isinstance(out, list) else [out[0] if isinstance(out, tuple) else out]
-    entry = usage.setdefault(req.agent, {"role": req.role, "model": resolved.label, "requests": 0,
-                                         "input_tokens": 0, "output_tokens": 0})
+    entry = _usage_entry(usage, req, resolved)
     entry["requests"] += 1 if (not isinstance(out, list) or resolved.native_n) else len(out)
     # with native n, OpenAI-compatible clients put the WHOLE response's usage (the prompt once, every choice's
     # completion) on each choice's message: count it once, not n times

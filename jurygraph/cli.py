@@ -15,7 +15,7 @@ from typing import Any
 
 from jurygraph.datasets import DatasetError, load_dataset
 from jurygraph.limits import ProviderGates, parse_limits
-from jurygraph.models import JuryContext, ModelSpec
+from jurygraph.models import JuryContext, ModelSpec, parse_gen
 from jurygraph.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.runner import MANIFEST, RunSummary, read_results, run
 
@@ -23,7 +23,7 @@ COMMAND_MODULES: list[str] = ["jurygraph.demo", "jurygraph.bench", "jurygraph.au
 
 # what a resumed run takes from its manifest instead of the command line
 RESUMABLE = ("protocol", "dataset", "task", "aspect", "mapping", "limit", "model", "base_url", "models",
-             "reverse", "timeout", "max_retries", "rps", "in_flight", "protocol_args")
+             "reverse", "timeout", "max_retries", "rps", "in_flight", "protocol_args", "structured_output", "gen")
 
 
 def key_values(pairs: Sequence[str] | None, what: str) -> dict[str, str]:
@@ -53,6 +53,14 @@ def add_model_arguments(group: Any) -> None:
                              "by all agents and items; a bare N limits every provider")
     group.add_argument("--in-flight", action="append", metavar="[PROVIDER=]N",
                        help="requests in flight to a provider at once (same keys as --rps)")
+    group.add_argument("--structured-output", action="store_true",
+                       help="ask OpenAI/Gemini models for judgments as JSON-schema output (the papers read free "
+                            "text, the default); the other agents then hear the model's own text field")
+    group.add_argument("--gen", action="append", metavar="AGENT.PARAM=VALUE",
+                       help="override a generation parameter (temperature, top_p, max_tokens, n; VALUE 'none' = "
+                            "the provider's default) for an agent name or role, or '*'/all for every agent, e.g. "
+                            "--gen Critic.temperature=0.7 --gen area_chair.max_tokens=256; default: each "
+                            "protocol's paper settings")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,7 +130,9 @@ def context_from_args(args: argparse.Namespace, setup: ProtocolSetup | None = No
     if setup is not None:
         per_agent = {**_specs(setup.models, args), **per_agent}
     limits = parse_limits(args.rps, args.in_flight)
-    return JuryContext(models=per_agent, default=default, gates=ProviderGates(limits) if limits else None)
+    return JuryContext(models=per_agent, default=default, gates=ProviderGates(limits) if limits else None,
+                       structured_output=bool(getattr(args, "structured_output", False)),
+                       gen=parse_gen(getattr(args, "gen", None)))
 
 
 def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -131,6 +141,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args = _resume_args(args, parser)
     if not args.dataset:
         parser.error("eval needs --dataset (or --resume RUN_DIR)")
+    parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     try:
         dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
                                mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
@@ -148,11 +159,13 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         "protocol": args.protocol, "parameters": setup.params, "dataset": {"name": dataset.name,
         "source": str(args.dataset), "sha256": dataset.sha256, "rows_skipped": len(dataset.errors)},
         "models": _model_labels(context),
+        # the run's generation settings; the parameters each agent was called with are in "generation"
+        "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
         "cli": {"protocol": args.protocol, "dataset": args.dataset, "task": args.task, "aspect": args.aspect,
                 "mapping": args.mapping, "limit": args.limit, "model": args.model, "base_url": args.base_url,
                 "models": args.models, "reverse": args.reverse, "timeout": args.timeout,
                 "max_retries": args.max_retries, "rps": args.rps, "in_flight": args.in_flight,
-                "protocol_args": protocol_args},
+                "structured_output": args.structured_output, "gen": args.gen, "protocol_args": protocol_args},
     }
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     try:

@@ -43,7 +43,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     items = load_faireval().items[: args.items]
     graph = create_chateval(strategy="one-by-one")
     spec = ModelSpec(provider="local", model="smollm2-135m-instruct", max_tokens=args.max_tokens)
-    summary = run(graph, items, out_dir=out, context=JuryContext(default=spec), concurrency=1,
+    # the demo's own token cap over ChatEval's 512 (as --gen '*.max_tokens=N' would): a smoke test, kept short
+    context = JuryContext(default=spec, gen={"*": {"max_tokens": args.max_tokens}})
+    summary = run(graph, items, out_dir=out, context=context, concurrency=1,
                   resume=True, progress=False, on_token=_Printer(),
                   manifest={"protocol": "chateval", "parameters": {"strategy": "one-by-one", "turns": 2},
                             "models": {"default": spec.label}, "note": SMOKE_TEST_NOTICE})
@@ -66,8 +68,8 @@ def _verdict_line(record: dict[str, Any]) -> str:
         return f"  item {record['id']}: no readable judgment ({record.get('n_missing')} missing); human: {human}"
     scores = ", ".join(f"{name}: {j.get('score_1', '?'):g} vs {j.get('score_2', '?'):g}"
                        if not j.get("missing") else f"{name}: missing" for name, j in record["judgments"].items())
-    return (f"  item {record['id']}: verdict {verdict.get('label')} (votes {verdict.get('votes')}; {scores}); "
-            f"human: {human}")
+    how = f"votes {verdict['votes']}" if verdict.get("votes") else f"{verdict.get('method')} scores"
+    return f"  item {record['id']}: verdict {verdict.get('label')} ({how}; {scores}); human: {human}"
 
 
 def add_command(commands: Any) -> None:

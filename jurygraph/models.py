@@ -14,7 +14,7 @@ import asyncio
 import os
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +30,36 @@ KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "openai": ("OPENAI_API_KEY",),
     "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
 }
+
+
+ALL_AGENTS = "*"
+# the generation parameters --gen may set, with how a value is read ("none" = leave it to the provider)
+GEN_PARAMS: dict[str, type] = {"temperature": float, "top_p": float, "max_tokens": int, "n": int}
+
+
+def parse_gen(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """``AGENT.param=value`` overrides per agent name or role (``*`` or ``all``: every agent).
+
+    The agent is everything before the last dot, so names with spaces work ("General Public.temperature=0.7").
+    Raises ValueError, in one line, for an unknown parameter or a value of the wrong type.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        agent, dot, param = key.strip().rpartition(".")
+        if not sep or not dot or not agent or not value.strip():
+            raise ValueError(f"--gen must be AGENT.param=value (e.g. Critic.temperature=0.7), got {pair!r}")
+        if param not in GEN_PARAMS:
+            raise ValueError(f"--gen {pair!r}: unknown parameter {param!r}; known: {', '.join(GEN_PARAMS)}")
+        text = value.strip()
+        try:
+            parsed = None if text.lower() == "none" else GEN_PARAMS[param](text)
+        except ValueError:
+            raise ValueError(f"--gen {pair!r}: {param} takes a {GEN_PARAMS[param].__name__} (or none)") from None
+        if param == "n" and (parsed is None or parsed < 1):
+            raise ValueError(f"--gen {pair!r}: n must be a positive integer")
+        out.setdefault(ALL_AGENTS if agent.strip() == "all" else agent.strip(), {})[param] = parsed
+    return out
 
 
 class MissingAPIKey(RuntimeError):
@@ -50,8 +80,8 @@ class ModelSpec(BaseModel):
     timeout: float | None = 120.0
     max_retries: int = 2
     structured: bool | None = Field(
-        default=None, description="use structured output for judgments; None = when the provider supports it"
-    )
+        default=None, description="JSON-schema output for judgments: True always, False never, None = when the "
+                                  "run asks for it (--structured-output) and the provider supports it")
 
     @classmethod
     def parse(cls, text: str, *, base_url: str | None = None, **params: Any) -> ModelSpec:
@@ -185,6 +215,14 @@ class JuryContext:
     ``sample_offset`` is added to every request's sample index: a wrapper that runs a whole protocol k
     times (FairEval's MEC) gives each run ``temperature=1`` and its own offset, so the runs are k
     distinct samples, also in the LLM cache. ``gates`` applies per-provider request limits.
+
+    Generation parameters of a call, lowest to highest precedence: the model's own settings, the
+    protocol's paper defaults (the ``params`` its nodes put on each request), ``call_params`` (a wrapper's
+    run-wide setting), then ``gen``: the user's overrides (``--gen AGENT.param=value``) by ``"*"`` (every
+    agent), then role, then agent name. ``structured_output`` turns JSON-schema output on for judging
+    calls where the model supports it; off (the default), every model answers in the paper's free-text
+    form, read by the tolerant parser (a model marked ``jurygraph_structured=True``, such as the embedded
+    local model, always uses it).
     """
 
     # LangGraph Studio builds its context form from this class's JSON schema: only the JSON fields (model
@@ -199,6 +237,12 @@ class JuryContext:
     call_params: Mapping[str, Any] = field(default_factory=dict)
     sample_offset: int = 0
     gates: SkipJsonSchema[ProviderGates | None] = None
+    structured_output: bool = False
+    gen: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def gen_for(self, agent: str, role: str) -> dict[str, Any]:
+        """The user's generation overrides for one agent: every agent's, then its role's, then its own."""
+        return {**self.gen.get(ALL_AGENTS, {}), **self.gen.get(role, {}), **self.gen.get(agent, {})}
 
     def model_for(self, agent: str, role: str) -> ResolvedModel:
         """The chat model for an agent, with a label naming it and what it supports."""
@@ -223,7 +267,7 @@ class JuryContext:
 class ResolvedModel:
     model: BaseChatModel
     label: str
-    structured: bool
+    structured: bool | None  # True: always JSON-schema output; False: never; None: when the run asks for it
     native_n: bool
     provider: str = ""  # what request limits apply to: 'openai', 'google_genai', a base URL, a class name
 
@@ -240,20 +284,19 @@ def model_label(model: BaseChatModel) -> str:
     return f"{type(model).__name__}:{name}" if name else type(model).__name__
 
 
-def supports_structured(model: BaseChatModel) -> bool:
-    """Whether judgments should be requested as structured output from this model.
+def supports_structured(model: BaseChatModel) -> bool | None:
+    """When judgments are requested from this model as JSON-schema output.
 
-    An explicit ``jurygraph_structured`` attribute wins (``ModelSpec.structured`` overrides both); otherwise
-    OpenAI's own API and Gemini support JSON-schema output, while an arbitrary OpenAI-compatible server
-    may not, so it gets the text form and the tolerant parser.
+    None (OpenAI-compatible and Gemini clients): only when the run asks for it (``--structured-output``,
+    ``JuryContext.structured_output``); the papers read free text, so that is the default. An explicit
+    ``jurygraph_structured`` attribute wins: True always (the embedded local model cannot follow a
+    free-text answer form, so it fills a grammar-constrained JSON object), False never.
+    ``ModelSpec.structured`` overrides both.
     """
     explicit = getattr(model, "jurygraph_structured", None)
     if explicit is not None:
         return bool(explicit)
-    kind = type(model).__name__
-    if kind == "ChatOpenAI":
-        return getattr(model, "openai_api_base", None) in (None, "https://api.openai.com/v1")
-    return kind == "ChatGoogleGenerativeAI"
+    return None if type(model).__name__ in {"ChatOpenAI", "AzureChatOpenAI", "ChatGoogleGenerativeAI"} else False
 
 
 def supports_native_n(model: BaseChatModel) -> bool:

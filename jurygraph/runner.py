@@ -3,7 +3,8 @@
 One run directory holds everything about a run::
 
     RUN_DIR/results.jsonl      one JSON line per item (verdict, judgments, missing count, usage, labels)
-    RUN_DIR/manifest.json      protocol, parameters, models, versions, dataset hash, times, counts, usage
+    RUN_DIR/manifest.json      protocol, parameters, models, versions, dataset hash, times, counts, usage,
+                               generation parameters per agent
     RUN_DIR/checkpoints.sqlite one LangGraph thread per item (thread_id = item id)
     RUN_DIR/llm_cache.sqlite   every answered model call, so a rerun or resume sends none of them again
 
@@ -211,6 +212,9 @@ async def arun(
     results = _ResultsFile(out / RESULTS, finished.values())
     todo = [item for item in items if item.id not in finished]
     usage_totals: dict[str, dict[str, Any]] = {}
+    generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
+    for record in finished.values():
+        _note_generation(generation, record)
     bar = _progress_bar(len(items), summary.skipped, progress)
 
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
@@ -249,6 +253,7 @@ async def arun(
                 record = await judge(item)
                 results.write(record)
                 _tally(summary, usage_totals, record)
+                _note_generation(generation, record)
                 if on_result:
                     on_result(record)
                 if bar is not None:
@@ -277,7 +282,7 @@ async def arun(
     manifest_data.update(
         ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
         counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir")},
-        usage_by_agent=usage_totals, usage_by_model=_by_model(usage_totals),
+        usage_by_agent=usage_totals, usage_by_model=_by_model(usage_totals), generation=generation,
     )
     _write_manifest(out, manifest_data)
     if summary.interrupted:
@@ -331,6 +336,11 @@ def _tally(summary: RunSummary, totals: dict[str, dict[str, Any]], record: dict[
                                          "requests": 0, "input_tokens": 0, "output_tokens": 0})
         for key in ("requests", "input_tokens", "output_tokens"):
             into[key] += int(entry.get(key, 0))
+
+
+def _note_generation(generation: dict[str, dict[str, Any]], record: dict[str, Any]) -> None:
+    generation.update({agent: entry["params"] for agent, entry in (record.get("usage") or {}).items()
+                       if "params" in entry})
 
 
 def _by_model(usage: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:

@@ -13,7 +13,9 @@ from jurygraph.judgments import Judgment
 
 
 def make_aggregator_node(agents: Sequence[str], name: str = "aggregate", method: str | None = None) -> RunnableLambda:
-    """Majority vote (pairwise, choice) or mean (scores) over ``agents``; a judge with no judgment is missing."""
+    """The verdict over ``agents`` by :func:`jurygraph.aggregation.aggregate`: by default each answer's mean
+    score (pairwise), the mean (scores), the majority (choices); ``method="majority"`` votes pairwise labels.
+    A judge with no judgment is missing."""
     members = tuple(agents)
 
     def run(state: dict[str, Any]) -> dict[str, Any]:

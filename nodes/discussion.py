@@ -1,20 +1,31 @@
 """What happens between simultaneous rounds: the round's buffer is delivered to every history as is
-(Algorithm 2), or through a summarizer (Algorithm 3), appended (arXiv text) or replacing what each
-agent had heard (ICLR text)."""
+(Algorithm 2), or through a summarizer (Algorithm 3). Three summarizer variants (``SummaryMode``):
+
+- ``append``: Algorithm 3 as both versions print it (arXiv text): one summary of the round's buffer
+  is appended to every referee's history, ``H_n <- H_n + SUM(BUF)``; the raw messages reach nobody.
+- ``replace``: the ICLR text (Appendix C, "we replace the chat history slots of all debater agents
+  with this summarization"): the summary is cumulative (the previous one is its "Current summary")
+  and replaces every history.
+- ``code``: the released code (``SummaryMemoryManipulator``, ``llm_eval_multi_agent_con``): every
+  referee still receives the round's raw messages, and before it speaks again its own summarizer
+  summarises its WHOLE memory (raw messages and its earlier summaries, as ``[sender] : text`` lines),
+  with its previous summary as "Current summary"; that summary is appended to its memory only.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from jurygraph.nodes.referee import render_history, spoken
+from jurygraph.nodes.referee import CHATEVAL_PARAMS, render_history, spoken
 from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.calls import ModelRequest, agent_node
 
-SummaryMode = Literal["append", "replace"]
+SummaryMode = Literal["append", "replace", "code"]
+SUMMARY_MODES: tuple[str, ...] = ("append", "replace", "code")
 SUMMARIZER = "Summarizer"
 
 
@@ -41,21 +52,30 @@ def make_delivery_node(speakers: Sequence[str], audience: Sequence[str], name: s
     return RunnableLambda(deliver, name=name)
 
 
+def memory_lines(messages: Sequence[BaseMessage]) -> str:
+    """A memory as the released code's summarizer reads it: one ``[sender] : text`` line per message."""
+    return "".join(f"[{m.name}] : {m.text}\n" for m in messages)
+
+
 def make_summarizer_node(speakers: Sequence[str], audience: Sequence[str], turn: int, name: str,
                          mode: SummaryMode = "append", template: str | None = None) -> RunnableLambda:
-    """After a simultaneous round: an extra LLM summarises it and every listener hears the summary.
-
-    ``append``: the summary of this round is added to each history (H_n <- H_n + SUM(BUF)).
-    ``replace``: the summary is cumulative (previous summary + new lines) and replaces each history.
-    """
+    """After a simultaneous round: an extra LLM summarises it (see the module docstring for ``mode``)."""
+    if mode not in SUMMARY_MODES:
+        raise ValueError(f"unknown summary mode {mode!r}; choose one of {', '.join(SUMMARY_MODES)}")
     order, listeners = tuple(speakers), tuple(audience)
     prompt_template = template or load_prompt("chateval/summarizer")
 
+    def request(prompt: str) -> ModelRequest:
+        # the code's summarizer llm: temperature 0, max_tokens 512, like the referees
+        return ModelRequest(agent=SUMMARIZER, role="summarizer", messages=[HumanMessage(prompt)],
+                            params=dict(CHATEVAL_PARAMS))
+
     def body(state: dict[str, Any]):
         messages = _round_messages(state, order)
+        if mode == "code":
+            return (yield from per_referee(state, messages))
         previous = state.get("summary", "") if mode == "replace" else ""
-        prompt = render(prompt_template, summary=previous, new_lines=render_history(messages))
-        reply = yield ModelRequest(agent=SUMMARIZER, role="summarizer", messages=[HumanMessage(prompt)])
+        reply = yield request(render(prompt_template, summary=previous, new_lines=render_history(messages)))
         summary = spoken(reply.message, turn)
         histories: dict[str, Any] = (
             {n: {"replace": [summary]} for n in listeners} if mode == "replace"
@@ -63,5 +83,16 @@ def make_summarizer_node(speakers: Sequence[str], audience: Sequence[str], turn:
         )
         transcript: list[BaseMessage] = [*messages, summary]
         return {"histories": histories, "transcript": transcript, "round_buffer": None, "summary": summary.text}
+
+    def per_referee(state: dict[str, Any], messages: list[AIMessage]):
+        histories = state.get("histories") or {}
+        previous = state.get("summaries") or {}
+        memories = {n: [*histories.get(n, []), *messages] for n in listeners}
+        replies = yield [request(render(prompt_template, summary=previous.get(n, ""),
+                                        new_lines=memory_lines(memories[n]))) for n in listeners]
+        summaries = {n: spoken(reply.message, turn) for n, reply in zip(listeners, replies, strict=True)}
+        return {"histories": {n: [*messages, summaries[n]] for n in listeners},
+                "transcript": [*messages, *summaries.values()], "round_buffer": None,
+                "summaries": {n: s.text for n, s in summaries.items()}}
 
     return agent_node(body, name)

@@ -1,4 +1,5 @@
-"""ChatEval's referee: one agent speaking once, from the history it has heard, in the paper's template."""
+"""ChatEval's referee: one agent speaking once, from the history it has heard, in ChatEval's FairEval template
+(the paper's) or a scoring template in its frame (jurygraph's own for Topical-Chat, SummEval and other items)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from jurygraph.items import EvalItem, Scale, TaskKind, as_item, format_number
 
 PERSONA_ORDER = ("General Public", "Critic", "News Author", "Psychologist", "Scientist")
 FAIREVAL_SCALE = Scale(low=1, high=10)
+# ChatEval's generation parameters: the paper's temperature 0, and the released configs' llm block
+# (temperature: 0, max_tokens: 512) for referees, the single agent and the summarizer alike
+CHATEVAL_PARAMS: dict[str, Any] = {"temperature": 0, "max_tokens": 512}
 
 
 @dataclass(frozen=True)
@@ -50,24 +54,34 @@ def render_history(messages: Sequence[BaseMessage]) -> str:
 
 @dataclass(frozen=True)
 class ChatEvalTemplate:
-    """ChatEval's prompt frame for an item: FairEval's pairwise template, or a scoring template in the
-    same frame (Topical-Chat, SummEval, or a generic one). ``template`` overrides the frame's text."""
+    """ChatEval's prompt frame for an item: FairEval's pairwise template (the paper's), or a scoring
+    template in the same frame (Topical-Chat, SummEval, or a generic one: jurygraph's own, see their
+    ``#:`` headers). ``template`` overrides the frame's text.
+
+    ``single``: the single-agent baseline's frame: the released code's single-agent prompt (FairEval's
+    style, the answer form inside, no history, role or referee lines; ``prompts/chateval/single_*.txt``).
+    """
 
     template: str | None = None
     final_prompt: str | None = None
+    single: bool = False
 
     def frame(self, item: EvalItem) -> tuple[str, str, AnswerForm, dict[str, Any]]:
         """(template, final-turn answer form text, how to read it, the item's slots)."""
         if item.task is TaskKind.PAIRWISE:
-            final = self.final_prompt or load_prompt("chateval/final_pairwise")
+            final = self.final_prompt or load_prompt(self._name("final_pairwise"))
             slots = {"source_text": item.question, "compared_text_one": item.response_1,
                      "compared_text_two": item.response_2}
             scale = item.scale or FAIREVAL_SCALE
-            return self.template or load_prompt("chateval/faireval"), final, \
-                AnswerForm(TaskKind.PAIRWISE, final, scale=scale), slots
+            template = self.template or load_prompt("chateval/single_faireval" if self.single else "chateval/faireval")
+            return template, final, AnswerForm(TaskKind.PAIRWISE, final, scale=scale), slots
         if item.task is TaskKind.SCORE:
             return self._score_frame(item)
         raise ValueError(f"item {item.id!r}: ChatEval judges pairwise and score items, not {item.task.value}")
+
+    def _name(self, final: str) -> str:
+        """The answer form's file: the single agent's drops the line about other referees."""
+        return f"chateval/{final}_single" if self.single else f"chateval/{final}"
 
     def _score_frame(self, item: EvalItem) -> tuple[str, str, AnswerForm, dict[str, Any]]:
         aspect_name = item.aspect or "overall quality"
@@ -83,7 +97,9 @@ class ChatEvalTemplate:
             name = "chateval/score"
             source = "\n".join(p for p in (item.source, item.context, item.question) if p)
             extra = {}
-        final = self.final_prompt or render(load_prompt("chateval/final_score"), aspect=aspect_name, target=target)
+        if self.single:
+            name = name.replace("chateval/", "chateval/single_")
+        final = self.final_prompt or render(load_prompt(self._name("final_score")), aspect=aspect_name, target=target)
         slots = {"source_text": source, "generated_text": item.response, "aspect": aspect_name,
                  "aspect_definition": aspect.definition if aspect else "",
                  "scale_low": format_number(scale.low), "scale_high": format_number(scale.high), **extra}
@@ -94,7 +110,8 @@ class ChatEvalTemplate:
               final: bool) -> tuple[str, AnswerForm | None]:
         """The prompt a referee sees, and the answer form when this is its final turn.
 
-        ``referee=None`` is the single-agent setting: history and role slots left empty (paper footnote).
+        ``referee=None`` with a multi-agent frame leaves the role and name slots empty; the single-agent
+        baseline uses ``single=True`` (its own template, which has no such slots).
         """
         template, final_text, form, slots = self.frame(item)
         prompt = render(
@@ -130,7 +147,8 @@ def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Seq
         item = as_item(state["item"])
         history = (state.get("histories") or {}).get(referee.name, [])
         prompt, form = frame.build(item, referee, history, final)
-        reply = yield ModelRequest(agent=referee.name, role="referee", messages=[HumanMessage(prompt)], form=form)
+        reply = yield ModelRequest(agent=referee.name, role="referee", messages=[HumanMessage(prompt)], form=form,
+                                   params=dict(CHATEVAL_PARAMS))
         message = spoken(reply.message, turn)
         update: dict[str, Any] = {"turn": turn}
         if buffered:
@@ -169,5 +187,5 @@ def chateval_personas(personas: Sequence[str | Referee] | str | None, n: int | N
     return panel
 
 
-__all__ = ["ChatEvalTemplate", "Referee", "chateval_personas", "make_referee_node", "node_id", "render_history",
-           "spoken"]
+__all__ = ["CHATEVAL_PARAMS", "ChatEvalTemplate", "Referee", "chateval_personas", "make_referee_node", "node_id",
+           "render_history", "spoken"]

@@ -32,13 +32,14 @@ def talker(prompt: str) -> str:
     return match.group(1)
 
 
-def test_single_agent_sees_the_template_without_history_role_or_name() -> None:
+def test_single_agent_sees_the_codes_single_agent_prompt_without_history_role_or_referees() -> None:
     model = FakeJudge(respond=lambda prompt, messages: pairwise_reply(4, 9, "two is better"))
     out = create_single_agent().compile().invoke({"item": ITEM}, context=JuryContext(default=model))
     (prompt,) = model.prompts()
     assert "[The Start of Assistant 1’s Answer]\nAnswer one.\n[The End of Assistant 1’s Answer]" in prompt
-    assert history_slot(prompt) == "\n"  # the history and role slots are empty lines
-    assert talker(prompt) == "" and "You are now" not in prompt  # no agent name, no persona
+    assert "discussion history" not in prompt and "referee" not in prompt  # no history slot, no other referees
+    assert "Now it’s your time" not in prompt and "You are now" not in prompt  # no agent name, no persona
+    assert "Please rate the helpfulness" in prompt  # the code's single-agent wording
     assert FINAL in prompt and prompt.endswith("The score of Assistant 2: [score only]")
     verdict = verdict_of(out)
     assert verdict is not None and (verdict.label, verdict.score_1, verdict.score_2) == ("2", 4.0, 9.0)

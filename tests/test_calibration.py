@@ -197,7 +197,8 @@ def test_mermaid_diagram_of_each_wrapping(protocol: str, mode: str, snapshot) ->
     assert graph.compile().get_graph().draw_mermaid() == snapshot
 
 
-def test_context_call_defaults_apply_but_a_requests_own_params_win(openai_server) -> None:
+def test_context_call_params_override_a_protocols_own_defaults(openai_server) -> None:
+    """A wrapper's run-wide params (MEC's temperature 1) beat the protocol's paper defaults (ChatEval's 0)."""
     from jurygraph import create_geval
 
     server = openai_server(lambda request, i: pairwise_reply(5, 5) if "Assistant" in prompt_of(request)
@@ -207,7 +208,7 @@ def test_context_call_defaults_apply_but_a_requests_own_params_win(openai_server
     score_item = EvalItem(id="d#1", task="score", dataset="summeval", aspect="coherence",
                           scale={"low": 1, "high": 5}, source="s", response="r")
     create_geval(n=2, temperature=1.0).compile().invoke({"item": score_item}, context=context)
-    assert [r["temperature"] for r in server.requests] == [0.3, 1.0]  # G-Eval sets its own sampling temperature
+    assert [r["temperature"] for r in server.requests] == [0.3, 0.3]  # over single's 0 and G-Eval's 1.0
 
 
 def test_the_runner_keeps_the_contexts_call_defaults(openai_server, tmp_path: Path) -> None:

@@ -118,10 +118,14 @@ def test_majority_vote_and_missing_judgments_are_counted_not_guessed() -> None:
 
     model = FakeJudge(respond=respond)
     panel = ["General Public", "Critic", "News Author", "Scientist"]
-    out = run(create_chateval(personas=panel, turns=1), model)
+    out = run(create_chateval(personas=panel, turns=1, aggregate="majority"), model)
     verdict = verdict_of(out)
     assert verdict is not None
     assert verdict.votes == {"1": 1, "2": 1, "tie": 1} and verdict.label == "tie"  # no majority: a tie by rule
+    # the default (the paper's average) compares the mean scores instead: 17/3 < 19/3
+    default = verdict_of(run(create_chateval(personas=panel, turns=1), FakeJudge(respond=respond)))
+    assert default is not None and (default.method, default.label, default.votes) == ("mean", "2", None)
+    assert (default.score_1, default.score_2) == pytest.approx((17 / 3, 19 / 3))
     assert (verdict.n_judgments, verdict.n_missing) == (3, 1)
     scientist = judgments_of(out)["Scientist"]
     assert scientist.missing and scientist.attempts == 2 and scientist.raw == "I refuse to give numbers."

@@ -103,6 +103,10 @@ def test_a_chateval_run_on_the_wrapper_streams_from_one_thread() -> None:
     # each stream runs start to end in one worker thread, so its call lock is released by the thread that took it
     assert len(stand_in.stream_threads) == 4 and all(len(t) == 1 for t in stand_in.stream_threads)
     assert final["usage"]["Critic"]["input_tokens"] > 0
+    # the local model cannot follow a free-text answer form: its final turns are grammar-constrained JSON
+    # although the run did not ask for structured output (the default for every other model is free text)
+    assert sum(1 for call in stand_in.calls if call.get("response_format")) == 2
+    assert all(call["max_tokens"] >= 512 for call in stand_in.calls)  # ChatEval's 512 tokens reach the model
 
 
 def test_without_the_extra_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

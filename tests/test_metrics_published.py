@@ -2,8 +2,9 @@
 
 - UniEval's released Topical-Chat predictions, pooled over all 360 items, must give the table of
   UniEval's ``reproduce/README.md`` to 6 decimals.
-- ChatEval's three early development runs on FairEval, majority vote as the provenance note describes,
-  must give its accuracy and kappa.
+- ChatEval's three early development runs on FairEval, recomputed from the released answers with
+  jurygraph's aggregation (ChatEval's default and the majority option), must give the accuracy and kappa
+  of the provenance note (majority vote).
 Both go through the same path as a jurygraph run: records in results.jsonl -> ``metaeval(run_dir)``.
 """
 
@@ -15,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from jurygraph.aggregation import majority_label
+from jurygraph.aggregation import aggregate
 from jurygraph.datasets import load_faireval, load_topical_chat
+from jurygraph.items import TaskKind
+from jurygraph.judgments import Judgment, pairwise_label
 from jurygraph.metaeval import metaeval
 
 DATA = Path(__file__).parent / "data"
@@ -76,33 +79,49 @@ def test_unieval_pooled_correlations_equal_the_published_table(tmp_path: Path) -
         assert round(found.correlation.kendall, 6) == kendall, aspect
 
 
-def chateval_labels(run: str, silence: str) -> list[tuple[str | None, int]]:
-    """Per question: the majority verdict of a ChatEval development run and its unreadable count.
+def chateval_judgments(run: str, silence: str) -> list[list[Judgment]]:
+    """Per question: each referee's released final answer as a judgment.
 
-    ``silence="tie"`` follows the original code (a failed generation, ``[Silence]``, counts as a tie
-    vote); ``silence="missing"`` is jurygraph's rule (left out of the vote and counted)."""
+    The development runs are direct-choice runs: every answer is a bare label ("Assistant 1",
+    "Assistant 2", "Same"), none carries scores. ``silence="tie"`` follows the original code (a failed
+    generation, ``[Silence]``, counts as a tie vote); ``silence="missing"`` is jurygraph's rule (a missing
+    judgment, left out and counted)."""
     rows = json.loads((DATA / "chateval_outputs" / run / "pair_comparison_results.json").read_text())
     out = []
     for row in rows:
-        votes, unreadable = [], 0
+        judgments = []
         for entry in row["evaluation"]:
             text = entry["evaluation"].strip()
             answer = text.splitlines()[-1].removeprefix("Answer:").strip() if text else text
-            if answer == "[Silence]":
-                unreadable += 1
-                if silence == "missing":
-                    continue
-            votes.append({"Assistant 1": "1", "Assistant 2": "2"}.get(answer, "tie"))
-        winner, _ = majority_label(votes)
-        out.append((winner or ("tie" if votes else None), unreadable))
+            agent = entry["role"] or "?"
+            if answer == "[Silence]" and silence == "missing":
+                judgments.append(Judgment.missing_for(agent, TaskKind.PAIRWISE, text, "failed generation", 1))
+                continue
+            label = {"Assistant 1": "1", "Assistant 2": "2"}.get(answer, "tie")
+            judgments.append(Judgment(agent=agent, kind=TaskKind.PAIRWISE, raw=text, label=label))
+        out.append(judgments)
     return out
 
 
+def chateval_labels(run: str, silence: str, method: str | None = None) -> list[tuple[str | None, int]]:
+    """Per question: the verdict of jurygraph's aggregation (default: ChatEval's) and the unreadable count."""
+    return [(aggregate(judgments, TaskKind.PAIRWISE, method).label,
+             sum(j.missing or j.raw == "[Silence]" for j in judgments))
+            for judgments in chateval_judgments(run, silence)]
+
+
+@pytest.mark.parametrize("method", [None, "majority"])
 @pytest.mark.parametrize("run", sorted(CHATEVAL_RUNS))
-def test_chateval_development_runs_give_the_provenance_accuracy_and_kappa(tmp_path: Path, run: str) -> None:
+def test_chateval_development_runs_give_the_provenance_accuracy_and_kappa(tmp_path: Path, run: str,
+                                                                          method: str | None) -> None:
+    """Recomputed from the released answers with jurygraph's aggregation: the default (ChatEval's average)
+    and the majority option give the same accuracy and kappa, because these direct-choice answers carry no
+    scores to average, so both vote the labels (the verdict says so: ``detail.no_scores``)."""
     questions = load_faireval().items
-    verdicts = chateval_labels(run, silence="tie")
+    verdicts = chateval_labels(run, silence="tie", method=method)
     assert len(verdicts) == len(questions) == 80
+    assert all(aggregate(js, TaskKind.PAIRWISE, method).detail == {"no_scores": True}
+               for js in chateval_judgments(run, "tie"))
     records = [{"id": item.id, "status": "ok", "task": "pairwise", "dataset": "faireval", "human": item.human,
                 "verdict": {"kind": "pairwise", "method": "majority", "label": label}}
                for item, (label, _) in zip(questions, verdicts, strict=True)]
@@ -122,6 +141,16 @@ def test_chateval_silence_as_missing_judgment_changes_the_votes_not_the_count() 
     assert all(label is not None for label, _ in missing_rule)
     changed = [i for i, (a, b) in enumerate(zip(tie_rule, missing_rule, strict=True)) if a[0] != b[0]]
     assert all(tie_rule[i][1] for i in changed)  # only questions with a [Silence] can change
+
+
+def test_average_and_majority_differ_where_the_issue_says_on_scored_judgments() -> None:
+    """The aggregation both verdicts above go through: 8-7 and 6-9 average to 7.0 vs 8.0 (Assistant 2),
+    while the vote is 1 against 1 (a tie)."""
+    judgments = [Judgment(agent=a, kind=TaskKind.PAIRWISE, score_1=s1, score_2=s2, label=pairwise_label(s1, s2))
+                 for a, (s1, s2) in {"General Public": (8, 7), "Critic": (6, 9)}.items()]
+    average, vote = aggregate(judgments, TaskKind.PAIRWISE), aggregate(judgments, TaskKind.PAIRWISE, "majority")
+    assert (average.method, average.label, average.score_1, average.score_2) == ("mean", "2", 7.0, 8.0)
+    assert (vote.method, vote.label, vote.votes) == ("majority", "tie", {"1": 1, "2": 1})
 
 
 # DEBATE, Table 2 (Appendix B): score distribution (%) of the HUMAN ratings, per aspect, points low..high

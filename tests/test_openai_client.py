@@ -47,15 +47,23 @@ def test_item_text_with_template_syntax_reaches_the_server_verbatim(openai_serve
         assert "[The Start of Assistant 2’s Answer]\n{compared_text_one}\n" in prompt
 
 
-def test_structured_output_where_the_model_supports_it(openai_server) -> None:
+def test_structured_output_only_when_the_run_asks_for_it(openai_server) -> None:
     server = openai_server(responder)
-    spec = ModelSpec.parse(f"openai:judge@{server.base_url}", structured=True)
     item = EvalItem(id="s", task="pairwise", question="Q", response_1="a", response_2="b")
-    out = create_chateval().compile().invoke({"item": item}, context=JuryContext(default=spec))
+    spec = f"openai:judge@{server.base_url}"
+    create_chateval().compile().invoke({"item": item}, context=JuryContext(default=spec))
+    assert server.requests and not any(r.get("response_format") for r in server.requests)  # the paper's free text
+    server.requests.clear()
+    out = create_chateval().compile().invoke({"item": item}, context=JuryContext(default=spec, structured_output=True))
     final_requests = [r for r in server.requests if r.get("response_format")]
     assert len(final_requests) == 2
     assert final_requests[0]["response_format"]["json_schema"]["name"] == "PairwiseAnswer"
     critic = judgments_of(out)["Critic"]
     assert (critic.score_1, critic.score_2, critic.evidence) == (4.0, 9.0, "structured")
-    # what the others hear is the answer form, not JSON
-    assert out["transcript"][-1].text.endswith("The score of Assistant 2: 9")
+    # what the others hear is the model's own text field, not a rewrite in the answer form
+    assert out["transcript"][-1].text == "structured"
+    # ModelSpec.structured=True asks for it whatever the run says
+    server.requests.clear()
+    forced = ModelSpec.parse(spec, structured=True)
+    create_chateval().compile().invoke({"item": item}, context=JuryContext(default=forced))
+    assert len([r for r in server.requests if r.get("response_format")]) == 2

@@ -1,0 +1,247 @@
+"""Fidelity of ChatEval's defaults, and of its single-agent and ensemble baselines: an item goes through the
+real graph and the real OpenAI client to the local test server, and every request's text and generation
+parameters are compared with the paper's prompts and the released code's settings, stored as fixtures
+with their source (tests/data/fidelity/SOURCES.md). The verdict is checked on scripted replies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jurygraph import EvalItem, JuryContext, create_chateval, create_ensemble, create_single_agent, verdict_of
+from jurygraph.cli import main
+from jurygraph.datasets import load_faireval
+from jurygraph.fake_server import prompt_of
+from jurygraph.models import parse_gen
+
+FIXTURES = Path(__file__).parent / "data" / "fidelity"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+PAPER_TEMPLATE = fixture("chateval_faireval_template.txt").rstrip("\n")
+FINAL_PROMPT = fixture("chateval_final_prompt.txt").rstrip("\n")
+# the YAML block keeps one newline after "New summary:"; jurygraph's prompt files end at the text
+SUMMARIZER = fixture("chateval_summarizer.txt").rstrip("\n")
+SINGLE_AGENT = fixture("chateval_single_agent.txt").rstrip("\n")
+SETTINGS = json.loads(fixture("chateval_settings.json"))
+PERSONAS: dict[str, str] = SETTINGS["personas"]
+
+ITEM = EvalItem(id="q1", task="pairwise", question="How do I boil an egg?", response_1="Boil it for 9 minutes.",
+                response_2="Put it in boiling water for 7-9 minutes, then cool it.", human={"label": "2"})
+# the issue's case: referees scoring 8-7 and 6-9 have means 7.0 and 8.0, but vote "1" and "2"
+FINAL_SCORES = {"General Public": (8, 7), "Critic": (6, 9)}
+
+
+def referee_prompt(name: str, history: str, final: bool) -> str:
+    """The paper's FairEval template with the slots filled; the code's answer form on the final turn."""
+    text = (PAPER_TEMPLATE.replace("{source_text}", ITEM.question or "")
+            .replace("{compared_text_one}", ITEM.response_1 or "").replace("{compared_text_two}", ITEM.response_2 or "")
+            .replace("{chat_history}", history).replace("{role_description}", PERSONAS[name])
+            .replace("{agent_name}", name))
+    return f"{text}\n\n{FINAL_PROMPT}" if final else text
+
+
+def speaker_of(prompt: str) -> str:
+    for name in PERSONAS:
+        if prompt.endswith(f"clear, {name} !") or f"clear, {name} !\n\n" in prompt:
+            return name
+    return "Summarizer" if "New summary:" in prompt else "Single Agent"
+
+
+class Script:
+    """Replies by speaker: 'NAME turn N' while discussing, FINAL_SCORES on the final turn, 'SUMMARY k'."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, request: dict[str, Any], index: int) -> str:
+        prompt = prompt_of(request)
+        name = speaker_of(prompt)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if name == "Summarizer":
+            return f"SUMMARY {self.counts[name]}"
+        if "The score of Assistant 2: [score only]" in prompt:
+            s1, s2 = FINAL_SCORES.get(name, (6, 9))
+            return (f"Evaluation evidence: {name} weighed both.\n"
+                    f"The score of Assistant 1: {s1}\nThe score of Assistant 2: {s2}")
+        return f"{name} turn {self.counts[name]}"
+
+
+def assert_chateval_settings(requests: list[dict[str, Any]], role: str = "referee") -> None:
+    """Temperature 0 and 512 max tokens (langchain-openai sends max_tokens as max_completion_tokens), free
+    text (no JSON schema), one reply per request."""
+    expected = SETTINGS[role]
+    for request in requests:
+        assert request["temperature"] == expected["temperature"]
+        assert request["max_completion_tokens"] == expected["max_tokens"]
+        assert "response_format" not in request and request.get("n", 1) == 1
+        assert "top_p" not in request  # the configs set none: the provider's default
+
+
+def judge(graph: Any, server: Any, **context: Any) -> dict[str, Any]:
+    ctx = JuryContext(default=f"openai:judge@{server.base_url}", **context)
+    return graph.compile().invoke({"item": ITEM}, context=ctx)
+
+
+def test_defaults_are_the_papers() -> None:
+    defaults = SETTINGS["defaults"]
+    graph = create_chateval()
+    nodes = set(graph.nodes)
+    assert nodes == {"general_public_t1", "critic_t1", "general_public_t2", "critic_t2", "aggregate"}
+    assert len(defaults["referees"]) == 2 and defaults["turns"] == 2 and defaults["strategy"] == "one-by-one"
+    assert defaults["aggregate"] == "average"
+
+
+def test_one_by_one_default_sends_the_papers_prompts_and_settings(openai_server) -> None:
+    server = openai_server(Script())
+    out = judge(create_chateval(), server)
+    prompts = [prompt_of(r) for r in server.requests]
+    gp1, c1 = "[General Public]: General Public turn 1", "[Critic]: Critic turn 1"
+    assert prompts == [
+        referee_prompt("General Public", "", final=False),
+        referee_prompt("Critic", gp1, final=False),
+        referee_prompt("General Public", f"{gp1}\n{c1}", final=True),
+        referee_prompt("Critic", f"{gp1}\n{c1}\n[General Public]: Evaluation evidence: General Public weighed both."
+                                 "\nThe score of Assistant 1: 8\nThe score of Assistant 2: 7", final=True),
+    ]
+    assert all(len(r["messages"]) == 1 and r["messages"][0]["role"] == "user" for r in server.requests)
+    assert_chateval_settings(server.requests)
+    verdict = verdict_of(out)
+    assert verdict is not None
+    assert (verdict.method, verdict.score_1, verdict.score_2, verdict.label) == ("mean", 7.0, 8.0, "2")
+
+
+def test_majority_option_votes_the_labels_and_ties_on_the_same_replies(openai_server) -> None:
+    server = openai_server(Script())
+    verdict = verdict_of(judge(create_chateval(aggregate="majority"), server))
+    assert verdict is not None
+    assert (verdict.method, verdict.label, verdict.votes) == ("majority", "tie", {"1": 1, "2": 1})
+
+
+def test_simultaneous_talk_hears_the_whole_previous_round_and_nothing_of_its_own(openai_server) -> None:
+    server = openai_server(Script())
+    judge(create_chateval(strategy="simultaneous"), server)
+    by_speaker: dict[str, list[str]] = {}
+    for request in server.requests:
+        by_speaker.setdefault(speaker_of(prompt_of(request)), []).append(prompt_of(request))
+    round_one = "[General Public]: General Public turn 1\n[Critic]: Critic turn 1"
+    for name in ("General Public", "Critic"):
+        assert by_speaker[name] == [referee_prompt(name, "", final=False), referee_prompt(name, round_one, final=True)]
+    assert_chateval_settings(server.requests)
+
+
+def test_summarizer_append_default_sends_the_codes_summary_prompt(openai_server) -> None:
+    server = openai_server(Script())
+    out = judge(create_chateval(strategy="summarizer"), server)
+    summaries = [prompt_of(r) for r in server.requests if "New summary:" in prompt_of(r)]
+    new_lines = "[General Public]: General Public turn 1\n[Critic]: Critic turn 1"
+    assert summaries == [SUMMARIZER.replace("${summary}", "").replace("${new_lines}", new_lines)]
+    finals = sorted(prompt_of(r) for r in server.requests if "[score only]" in prompt_of(r))  # one superstep
+    assert finals == sorted(referee_prompt(n, "[Summarizer]: SUMMARY 1", final=True)
+                            for n in ("General Public", "Critic"))
+    assert_chateval_settings(server.requests)  # the summarizer too: the code's summarizer llm block
+    assert out["usage"]["Summarizer"]["params"] == {"temperature": 0, "top_p": None, "max_tokens": 512, "n": 1}
+
+
+def test_summarizer_code_mode_delivers_raw_messages_and_each_referees_running_summary(openai_server) -> None:
+    server = openai_server(Script())
+    judge(create_chateval(strategy="summarizer", summary_mode="code", turns=3), server)
+    prompts = [prompt_of(r) for r in server.requests]
+    summaries = [p for p in prompts if "New summary:" in p]
+    assert len(summaries) == 4  # one per referee after rounds 1 and 2
+    # round 1: every referee's memory is the round's raw messages, in the code's "[sender] : text" lines
+    memory = "[General Public] : General Public turn 1\n[Critic] : Critic turn 1\n"
+    first = SUMMARIZER.replace("${summary}", "").replace("${new_lines}", memory)
+    assert summaries[:2] == [first, first]
+    # round 2: the whole memory (raw messages and its own summary), its previous summary as Current summary
+    second_round = [p for p in prompts if "turn 2" in p and "New summary:" not in p]
+    assert len(second_round) == 2
+    for name in ("General Public", "Critic"):
+        own = next(p for p in second_round if speaker_of(p) == name)
+        heard = own.split("Here is your discussion history:\n")[1].split(f"\n{PERSONAS[name]}")[0]
+        raw = "[General Public]: General Public turn 1\n[Critic]: Critic turn 1\n"
+        assert heard.startswith(raw + "[Summarizer]: SUMMARY")
+    later = summaries[2:]
+    for summary_prompt in later:
+        current = summary_prompt.split("Current summary:\n")[1].split("\n\nNew lines:")[0]
+        lines = summary_prompt.split("New lines:\n")[1]
+        assert current in ("SUMMARY 1", "SUMMARY 2")
+        assert lines.startswith(memory + f"[Summarizer] : {current}\n"
+                                "[General Public] : General Public turn 2\n[Critic] : Critic turn 2\n")
+    assert_chateval_settings(server.requests)
+
+
+def test_single_agent_default_is_the_codes_single_agent_prompt(openai_server) -> None:
+    server = openai_server(Script())
+    out = judge(create_single_agent(), server)
+    (request,) = server.requests
+    expected = (SINGLE_AGENT.replace("${source_text}", ITEM.question or "")
+                .replace("${compared_text_one}", ITEM.response_1 or "")
+                .replace("${compared_text_two}", ITEM.response_2 or ""))
+    assert prompt_of(request) == expected
+    assert_chateval_settings(server.requests, "single_agent")
+    verdict = verdict_of(out)
+    assert verdict is not None and (verdict.score_1, verdict.score_2, verdict.label) == (6.0, 9.0, "2")
+
+
+def test_ensemble_default_runs_each_persona_alone_and_averages(openai_server) -> None:
+    server = openai_server(Script())
+    out = judge(create_ensemble(), server)
+    prompts = sorted(prompt_of(r) for r in server.requests)
+    assert prompts == sorted(referee_prompt(name, "", final=True) for name in ("General Public", "Critic"))
+    assert_chateval_settings(server.requests)
+    verdict = verdict_of(out)
+    assert verdict is not None and (verdict.method, verdict.score_1, verdict.score_2, verdict.label) == (
+        "mean", 7.0, 8.0, "2")
+
+
+def test_gen_overrides_one_agent_and_the_manifest_records_every_agents_parameters(
+        openai_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = openai_server(Script())
+    out = tmp_path / "run"
+    code = main(["eval", "--protocol", "chateval", "--dataset", "faireval", "--limit", "1", "--model", "judge",
+                 "--base-url", server.base_url, "--out", str(out), "--quiet", "--no-cache",
+                 "--gen", "Critic.temperature=0.7", "--gen", "all.top_p=0.9"])
+    assert code == 0
+    # ChatEval's position calibration by default: the item in both orders (FairEval's BPC around the graph)
+    prompts = [prompt_of(r) for r in server.requests]
+    assert len(prompts) == 8
+    first = load_faireval().items[0]
+    orders = {p.index(first.response_1 or "") < p.index(first.response_2 or "") for p in prompts}
+    assert orders == {True, False}
+    by_speaker = {speaker_of(prompt_of(r)): r for r in server.requests}
+    assert (by_speaker["Critic"]["temperature"], by_speaker["General Public"]["temperature"]) == (0.7, 0)
+    assert all(r["top_p"] == 0.9 and r["max_completion_tokens"] == 512 for r in server.requests)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["aggregate"] == "average" and manifest["structured_output"] is False
+    assert manifest["parameters"]["calibrate"] == "bpc"
+    assert manifest["gen"] == {"Critic": {"temperature": 0.7}, "*": {"top_p": 0.9}}
+    assert manifest["generation"] == {
+        "General Public": {"temperature": 0, "top_p": 0.9, "max_tokens": 512, "n": 1},
+        "Critic": {"temperature": 0.7, "top_p": 0.9, "max_tokens": 512, "n": 1},
+    }
+    capsys.readouterr()
+    assert main(["eval", "--protocol", "chateval", "--dataset", "faireval", "--gen", "Critic.topk=3"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "unknown parameter 'topk'" in error
+
+
+def test_gen_values_are_parsed_and_checked() -> None:
+    assert parse_gen(["General Public.max_tokens=256", "*.temperature=none", "area_chair.n=20"]) == {
+        "General Public": {"max_tokens": 256}, "*": {"temperature": None}, "area_chair": {"n": 20}}
+    for bad in ("Critic.temperature", "temperature=1", "Critic.max_tokens=1.5", "Critic.n=0", "Critic.seed=1"):
+        with pytest.raises(ValueError):
+            parse_gen([bad])
+
+
+def test_n_for_a_single_reply_agent_is_an_error_not_ignored(openai_server) -> None:
+    server = openai_server(Script())
+    with pytest.raises(ValueError, match="single-reply"):
+        judge(create_single_agent(), server, gen={"referee": {"n": 3}})
+    assert server.requests == []
