@@ -46,6 +46,9 @@ class ModelRequest:
     params: dict[str, Any] = field(default_factory=dict)
     want_logprobs: bool = False
     sample_index: int = 0  # tells apart repeated identical requests (e.g. k sampled explanations)
+    # parameters the user asked for by name (--gen): a model without them is an error; a protocol's paper
+    # default that the model class has no field for (a custom chat model without top_p) is not sent
+    required_params: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -137,7 +140,8 @@ def _in_context(req: ModelRequest, ctx: JuryContext) -> ModelRequest:
         raise ValueError(f"--gen n={n} for agent {req.agent!r} (role {req.role!r}): this agent makes single-reply "
                          "calls; n applies to agents that sample (G-Eval, ReFeR Turbo's area chair)")
     return replace(req, params={**req.params, **ctx.call_params, **gen}, n=n if n and req.n > 1 else req.n,
-                   sample_index=req.sample_index + ctx.sample_offset)
+                   sample_index=req.sample_index + ctx.sample_offset,
+                   required_params=frozenset(gen) | frozenset(ctx.call_params))
 
 
 def _call_sync(req: ModelRequest, ctx: JuryContext, usage: dict[str, dict[str, Any]]) -> ModelReply:
@@ -286,6 +290,9 @@ def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
     aliases = {f.alias: name for name, f in fields.items() if f.alias and f.alias not in fields}
     params = {aliases.get(key, key): value for key, value in params.items()}
     unknown = set(params) - set(fields)
+    required = {aliases.get(key, key) for key in req.required_params} | ({"logprobs"} if req.want_logprobs else set())
+    params = {key: value for key, value in params.items() if key in fields or key in required}
+    unknown &= required
     if unknown:
         raise TypeError(f"{resolved.label} has no parameter(s) {', '.join(sorted(unknown))} (agent {req.agent!r})")
     return resolved.model.model_copy(update=params)

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 import pytest
 from jurygraph.prompts import load_prompt, render, slots_of
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ValidationError
 
-from jurygraph import EvalItem, JuryContext, MissingAPIKey, ModelSpec, create_chateval
+from jurygraph import (
+    EvalItem,
+    JuryContext,
+    MissingAPIKey,
+    ModelSpec,
+    Scale,
+    create_chateval,
+    create_single_agent,
+    verdict_of,
+)
 
 
 def test_item_errors_name_the_item_and_field() -> None:
@@ -96,3 +109,25 @@ def test_no_key_needed_to_build_and_a_clear_error_at_the_first_call() -> None:
 def test_a_local_server_needs_no_key() -> None:
     model = ModelSpec.parse("openai:m@http://127.0.0.1:1/v1").build()
     assert model.openai_api_base == "http://127.0.0.1:1/v1"  # type: ignore[attr-defined]
+
+
+class BareJudge(BaseChatModel):
+    """A user's own chat model with no generation-parameter fields at all."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "bare"
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("Fine.\nScore: 7"))])
+
+
+def test_paper_defaults_a_model_lacks_are_skipped_but_a_users_gen_is_not() -> None:
+    item = EvalItem(id="s1", task="score", context="c", response="r", scale=Scale(low=1, high=10))
+    app = create_single_agent().compile()
+    # ChatEval's referee sends temperature 0 and max_tokens 512: a model without those fields still judges
+    state = app.invoke({"item": item.model_dump(mode="json")}, context=JuryContext(default=BareJudge()))
+    assert verdict_of(state).score == 7
+    with pytest.raises(TypeError, match=r"has no parameter\(s\) top_p"):
+        app.invoke({"item": item.model_dump(mode="json")},
+                   context=JuryContext(default=BareJudge(), gen={"*": {"top_p": 0.5}}))
