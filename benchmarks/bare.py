@@ -16,8 +16,8 @@ from typing import Any
 from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from jurygraph.items import EvalItem
-from jurygraph.models import ModelSpec, build_model
+from jurygraph.judging.items import EvalItem
+from jurygraph.llm.models import ModelSpec, build_model
 
 
 async def bare_chateval(items: Sequence[EvalItem], spec: ModelSpec, *, concurrency: int, turns: int = 2,

@@ -26,9 +26,9 @@ from typing import Any
 from benchmarks.bare import bare_chateval
 from benchmarks.server import ServerOptions, ServerProcess
 from jurygraph import JuryContext, ModelSpec, create_chateval, create_debate, create_refer
-from jurygraph.datasets import load_dataset
-from jurygraph.items import EvalItem
-from jurygraph.runner import MANIFEST, RESULTS, RunSummary, arun, read_results
+from jurygraph.judging.items import EvalItem
+from jurygraph.running.datasets import load_dataset
+from jurygraph.running.runner import MANIFEST, RESULTS, RunSummary, arun, read_results
 
 DATASET, ASPECT = "summeval", "coherence"  # 1600 items; every protocol has a template for it
 

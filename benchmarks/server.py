@@ -9,7 +9,7 @@ A separate process keeps the server's CPU off the client's core: the client's me
 framework's, not the server's. Replies are scripted per protocol (``--replies``) in the answer form
 that protocol reads, with a score derived from a digest of the request, so a run is deterministic
 and two runs that send the same calls get the same verdicts. Faults come from the core server's
-:class:`~jurygraph.fake_server.Faults` (429 with Retry-After, 500, hangs, unparseable bodies), plus
+:class:`~jurygraph.testing.fake_server.Faults` (429 with Retry-After, 500, hangs, unparseable bodies), plus
 ``--unreadable``: a share of well-formed replies whose text holds no judgment (the re-ask path).
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from jurygraph.fake_server import FakeOpenAIServer, Faults
+from jurygraph.testing.fake_server import FakeOpenAIServer, Faults
 
 REPLIES = ("chateval", "debate", "refer")
 

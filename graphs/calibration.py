@@ -40,13 +40,13 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from jurygraph.aggregation import aggregate
-from jurygraph.calls import current_context
-from jurygraph.items import TaskKind, as_item
-from jurygraph.judgments import Judgment, pairwise_label
-from jurygraph.models import JuryContext
-from jurygraph.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.state import JuryState, merge_dicts
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.items import TaskKind, as_item
+from jurygraph.judging.judgments import Judgment, pairwise_label
+from jurygraph.judging.state import JuryState, merge_dicts
+from jurygraph.llm.calls import current_context
+from jurygraph.llm.models import JuryContext
 
 CalibrationMode = Literal["bpc", "mec", "bpc+mec"]
 MODES: tuple[str, ...] = ("bpc", "mec", "bpc+mec")

@@ -38,10 +38,10 @@ from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.aggregation import AGGREGATE_METHODS, AggregateMethod
-from jurygraph.models import JuryContext
-from jurygraph.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.state import JuryState, merge_dicts
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod
+from jurygraph.judging.state import JuryState, merge_dicts
+from jurygraph.llm.models import JuryContext
 
 Strategy = Literal["one-by-one", "simultaneous", "summarizer"]
 STRATEGIES: tuple[str, ...] = ("one-by-one", "simultaneous", "summarizer")

@@ -35,9 +35,9 @@ from jurygraph.nodes.debate import (
 )
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.models import JuryContext
-from jurygraph.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.state import JuryState
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.judging.state import JuryState
+from jurygraph.llm.models import JuryContext
 
 DEFAULT_MAX_ITERATIONS = 4  # Figure 2 (left): n = 4 gives DEBATE's best correlation
 

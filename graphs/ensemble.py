@@ -1,7 +1,7 @@
 """ChatEval's "Multi-Agent (Ensemble)" baseline (ICLR version, §3.2): "we apply the single-agent method
 multiple times using different role prompts across the same instance and then aggregate their results
 through averaging to derive the final outcome" — independently and in parallel, with no discussion.
-Averaging is the default (the same rule as ChatEval's default verdict, :func:`jurygraph.aggregation.aggregate`);
+Averaging is the default (the same rule as ChatEval's default verdict, :func:`jurygraph.judging.aggregation.aggregate`);
 a majority vote over the pairwise labels is the alternative. Each member is the single-agent method with a
 role prompt: the multi-agent template with the persona in the role slot and an empty history (the released
 code's one-role runs kept the multi-agent prompt), temperature 0, 512 max tokens.
@@ -21,9 +21,9 @@ from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas
 from jurygraph.nodes.solo import make_solo_referee_node
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.models import JuryContext
-from jurygraph.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.state import JuryState
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.judging.state import JuryState
+from jurygraph.llm.models import JuryContext
 
 EnsembleMethod = Literal["majority", "mean"]
 

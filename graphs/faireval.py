@@ -21,11 +21,11 @@ from jurygraph.nodes.faireval import FAIREVAL_PARAMS, in_original_order, make_fa
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.aggregation import aggregate
-from jurygraph.items import TaskKind
-from jurygraph.judgments import Judgment
-from jurygraph.models import JuryContext
-from jurygraph.state import JuryState
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.items import TaskKind
+from jurygraph.judging.judgments import Judgment
+from jurygraph.judging.state import JuryState
+from jurygraph.llm.models import JuryContext
 
 ORDERS = ("original_order", "swapped_order")
 

@@ -8,9 +8,9 @@ from typing import Any
 from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, Estimator, make_form_filling_node
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.models import JuryContext
-from jurygraph.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.state import JuryState
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.judging.state import JuryState
+from jurygraph.llm.models import JuryContext
 
 
 def create_geval(

@@ -20,9 +20,9 @@ from jurygraph.nodes.referee import ChatEvalTemplate, node_id
 from jurygraph.nodes.solo import SINGLE_AGENT, make_solo_referee_node
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.models import JuryContext
-from jurygraph.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.state import JuryState
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.judging.state import JuryState
+from jurygraph.llm.models import JuryContext
 
 
 def create_single_agent(

@@ -4,7 +4,6 @@
 >>> graph = create_chateval(strategy="one-by-one").compile()
 """
 
-from jurygraph.aggregation import aggregate
 from jurygraph.graphs.calibration import calibrate
 from jurygraph.graphs.chateval import ChatEvalState, create_chateval
 from jurygraph.graphs.debate import DebateState, create_debate
@@ -13,11 +12,12 @@ from jurygraph.graphs.faireval import create_faireval
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.refer import ReferState, create_refer
 from jurygraph.graphs.single import create_single_agent
-from jurygraph.items import EvalItem, Scale, TaskKind
-from jurygraph.judgments import Judgment, Verdict
-from jurygraph.models import JuryContext, MissingAPIKey, ModelSpec
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.items import EvalItem, Scale, TaskKind
+from jurygraph.judging.judgments import Judgment, Verdict
+from jurygraph.judging.state import JuryState, judgments_of, verdict_of
+from jurygraph.llm.models import JuryContext, MissingAPIKey, ModelSpec
 from jurygraph.nodes.referee import Referee
-from jurygraph.state import JuryState, judgments_of, verdict_of
 
 __version__ = "0.1.0"
 

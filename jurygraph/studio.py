@@ -4,7 +4,7 @@
     langgraph dev --no-browser      # from the repository root; serves every graph on 127.0.0.1:2024
 
 Each graph is compiled with its paper's default settings and no checkpointer (the LangGraph server
-brings its own). Its ``context_schema`` is :class:`~jurygraph.models.JuryContext`, which the server
+brings its own). Its ``context_schema`` is :class:`~jurygraph.llm.models.JuryContext`, which the server
 builds from the run's JSON context, so model specs are plain strings::
 
     {"default": "openai:gpt-4o-mini", "models": {"Critic": "google_genai:gemini-2.0-flash"}}
@@ -12,7 +12,7 @@ builds from the run's JSON context, so model specs are plain strings::
 
 With no context, every agent uses the embedded offline model when ``jurygraph[local]`` is installed
 (a smoke-test model: its ratings carry no signal). The input is ``{"item": {...}}``: an
-:class:`~jurygraph.items.EvalItem` as JSON, e.g. a FairEval question (``task: "pairwise"``) for ChatEval
+:class:`~jurygraph.judging.items.EvalItem` as JSON, e.g. a FairEval question (``task: "pairwise"``) for ChatEval
 and the ChatEval baselines, a SummEval or Topical-Chat item (``task: "score"``) for DEBATE, ReFeR
 and G-Eval.
 """

@@ -7,13 +7,13 @@ from typing import Any
 
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.aggregation import aggregate
-from jurygraph.items import as_item
-from jurygraph.judgments import Judgment
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.items import as_item
+from jurygraph.judging.judgments import Judgment
 
 
 def make_aggregator_node(agents: Sequence[str], name: str = "aggregate", method: str | None = None) -> RunnableLambda:
-    """The verdict over ``agents`` by :func:`jurygraph.aggregation.aggregate`: by default each answer's mean
+    """The verdict over ``agents`` by :func:`jurygraph.judging.aggregation.aggregate`: by default each answer's mean
     score (pairwise), the mean (scores), the majority (choices); ``method="majority"`` votes pairwise labels.
     A judge with no judgment is missing."""
     members = tuple(agents)

@@ -32,11 +32,11 @@ from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.aspects import get_aspect
-from jurygraph.calls import ModelRequest, agent_node
-from jurygraph.extraction import AnswerForm
-from jurygraph.items import EvalItem, Scale, TaskKind, as_item, format_number
-from jurygraph.judgments import Judgment, Verdict
+from jurygraph.judging.aspects import get_aspect
+from jurygraph.judging.extraction import AnswerForm
+from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
+from jurygraph.judging.judgments import Judgment, Verdict
+from jurygraph.llm.calls import ModelRequest, agent_node
 
 COMMANDER, SCORER, CRITIC, TIE_BREAKER = "Commander", "Scorer", "Critic", "Tie-breaker"
 Step = Literal["scorer", "critic", "tie_breaker", "finalize"]

@@ -22,7 +22,7 @@ from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.calls import ModelRequest, agent_node
+from jurygraph.llm.calls import ModelRequest, agent_node
 
 SummaryMode = Literal["append", "replace", "code"]
 SUMMARY_MODES: tuple[str, ...] = ("append", "replace", "code")

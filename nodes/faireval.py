@@ -15,10 +15,10 @@ from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.calls import ModelReply, ModelRequest, agent_node
-from jurygraph.extraction import AnswerForm
-from jurygraph.items import EvalItem, Scale, TaskKind, as_item
-from jurygraph.judgments import Judgment, pairwise_label
+from jurygraph.judging.extraction import AnswerForm
+from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item
+from jurygraph.judging.judgments import Judgment, pairwise_label
+from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
 
 FAIREVAL_AGENT = "FairEval"
 FAIREVAL_SCALE = Scale(low=1, high=10)  # "an overall score on a scale of 1 to 10"

@@ -35,13 +35,13 @@ from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.aggregation import aggregate
-from jurygraph.aspects import get_aspect
-from jurygraph.calls import ModelRequest, agent_node, current_context
-from jurygraph.extraction import AnswerForm, UnreadableReply
-from jurygraph.items import EvalItem, Scale, TaskKind, as_item, format_number
-from jurygraph.judgments import Judgment, Verdict
-from jurygraph.models import ResolvedModel
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.aspects import get_aspect
+from jurygraph.judging.extraction import AnswerForm, UnreadableReply
+from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
+from jurygraph.judging.judgments import Judgment, Verdict
+from jurygraph.llm.calls import ModelRequest, agent_node, current_context
+from jurygraph.llm.models import ResolvedModel
 
 Style = Literal["geval", "analyze-rate"]
 Estimator = Literal["samples", "logprobs"]

@@ -19,14 +19,14 @@ from langchain_core.exceptions import ModelAuthenticationError, ModelNotFoundErr
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.aggregation import aggregate
-from jurygraph.aspects import BENCHMARK_ASPECTS, get_aspect
-from jurygraph.calls import ModelReply, ModelRequest, agent_node
-from jurygraph.extraction import AnswerForm
-from jurygraph.items import EvalItem, Scale, TaskKind, as_item
-from jurygraph.judgments import Judgment, Verdict
-from jurygraph.models import MissingAPIKey
-from jurygraph.reasoning import agreement, format_options, is_correct, options_from_question
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.aspects import BENCHMARK_ASPECTS, get_aspect
+from jurygraph.judging.extraction import AnswerForm
+from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item
+from jurygraph.judging.judgments import Judgment, Verdict
+from jurygraph.judging.reasoning import agreement, format_options, is_correct, options_from_question
+from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
+from jurygraph.llm.models import MissingAPIKey
 
 Feedback = Literal["score", "comment", "both"]
 FEEDBACK_MODES: tuple[str, ...] = ("score", "comment", "both")

@@ -8,8 +8,8 @@ from jurygraph.nodes.referee import CHATEVAL_PARAMS, ChatEvalTemplate, Referee, 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.calls import ModelRequest, agent_node
-from jurygraph.items import as_item
+from jurygraph.judging.items import as_item
+from jurygraph.llm.calls import ModelRequest, agent_node
 
 SINGLE_AGENT = "Single Agent"
 

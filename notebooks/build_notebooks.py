@@ -95,8 +95,8 @@ from jurygraph import (
     judgments_of,
     verdict_of,
 )
-from jurygraph.datasets import load_dataset
-from jurygraph.diagrams import png_bytes, render_graph
+from jurygraph.running.datasets import load_dataset
+from jurygraph.cli.diagrams import png_bytes, render_graph
 """),
     md("""
 ## The model: a deterministic fake that answers in each protocol's format
@@ -239,8 +239,8 @@ from jurygraph.nodes.referee import chateval_personas
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph import JuryContext, create_chateval, verdict_of
-from jurygraph.datasets import load_dataset
-from jurygraph.diagrams import png_bytes, render_graph
+from jurygraph.running.datasets import load_dataset
+from jurygraph.cli.diagrams import png_bytes, render_graph
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 item = load_dataset("faireval").items[0]
@@ -398,7 +398,7 @@ from langchain_core.messages import AIMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from jurygraph import JuryContext, create_chateval, verdict_of
-from jurygraph.datasets import load_dataset
+from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 path = Path(tempfile.mkdtemp()) / "checkpoints.sqlite"
@@ -524,10 +524,10 @@ METAEVAL = [
     md("""
 # 4 · Meta-evaluation: run a protocol over a benchmark slice, then measure it against humans
 
-The runner (`jurygraph.runner`) judges many items concurrently and writes a run directory
+The runner (`jurygraph.running.runner`) judges many items concurrently and writes a run directory
 (`results.jsonl`, `manifest.json`, a SQLite checkpoint and an LLM-call cache). The meta-evaluation
-(`jurygraph.metaeval`) reads a finished run and compares its verdicts with the human ratings;
-`jurygraph.tables` and `jurygraph.plots` lay the numbers out as in the papers.
+(`jurygraph.measuring.metaeval`) reads a finished run and compares its verdicts with the human ratings;
+`jurygraph.measuring.tables` and `jurygraph.measuring.plots` lay the numbers out as in the papers.
 
 The judges here are **fake** with a known relation to the human labels, so the numbers are meaningful:
 - *noisy copy*: gives the human mean rounded half up, except that every fourth summary is one point off
@@ -541,10 +541,11 @@ from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
-from jurygraph import JuryContext, create_geval, create_single_agent, plots, tables
-from jurygraph.datasets import load_dataset
-from jurygraph.metaeval import metaeval
-from jurygraph.runner import arun, read_results
+from jurygraph import JuryContext, create_geval, create_single_agent
+from jurygraph.measuring import plots, tables
+from jurygraph.running.datasets import load_dataset
+from jurygraph.measuring.metaeval import metaeval
+from jurygraph.running.runner import arun, read_results
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 workdir = Path(tempfile.mkdtemp())

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from jurygraph.fake_server import FakeOpenAIServer
+from jurygraph.testing.fake_server import FakeOpenAIServer
 
 DATA = Path(__file__).parent / "data"
 

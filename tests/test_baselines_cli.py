@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from jurygraph.cli import main
-from jurygraph.fake_server import prompt_of
-from jurygraph.runner import read_results
+from jurygraph.running.runner import read_results
 from jurygraph.testing import pairwise_reply
+from jurygraph.testing.fake_server import prompt_of
 
 
 def pairwise_responder(request: dict, index: int) -> str:

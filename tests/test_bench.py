@@ -13,11 +13,11 @@ from typing import Any
 import matplotlib.image
 import pytest
 
-from jurygraph import metrics
 from jurygraph.cli import main
-from jurygraph.datasets import load_faireval, load_topical_chat
-from jurygraph.fake_server import FakeOpenAIServer, prompt_of
-from jurygraph.metaeval import metaeval
+from jurygraph.measuring import metrics
+from jurygraph.measuring.metaeval import metaeval
+from jurygraph.running.datasets import load_faireval, load_topical_chat
+from jurygraph.testing.fake_server import FakeOpenAIServer, prompt_of
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -193,8 +193,8 @@ def test_bench_rejects_what_it_cannot_do(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_plots_need_what_they_draw(tmp_path: Path) -> None:
-    from jurygraph.metaeval import evaluate_records
-    from jurygraph.plots import plot_confusion, plot_score_distribution
+    from jurygraph.measuring.metaeval import evaluate_records
+    from jurygraph.measuring.plots import plot_confusion, plot_score_distribution
 
     write_run(tmp_path / "run", "coherence", unieval_scores("coherence"))
     scored = metaeval(tmp_path / "run", resamples=0)

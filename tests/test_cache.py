@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jurygraph.cache import LLMCache
+from jurygraph.llm.cache import LLMCache
 
 
 def test_an_empty_cache_is_truthy_and_truth_does_not_count_rows(tmp_path: Path) -> None:

@@ -21,9 +21,9 @@ from jurygraph import (
     create_single_agent,
     verdict_of,
 )
-from jurygraph.cache import LLMCache
-from jurygraph.fake_server import prompt_of
+from jurygraph.llm.cache import LLMCache
 from jurygraph.testing import FakeJudge, pairwise_reply
+from jurygraph.testing.fake_server import prompt_of
 
 ITEM = EvalItem(id="q1", task="pairwise", question="Which is better?", response_1="ANSWER-A",
                 response_2="ANSWER-B", human={"label": "1"})
@@ -212,7 +212,7 @@ def test_context_call_params_override_a_protocols_own_defaults(openai_server) ->
 
 
 def test_the_runner_keeps_the_contexts_call_defaults(openai_server, tmp_path: Path) -> None:
-    from jurygraph.runner import run as run_items
+    from jurygraph.running.runner import run as run_items
 
     server = openai_server(lambda request, i: pairwise_reply(6, 2))
     context = JuryContext(default=f"openai:judge@{server.base_url}", call_params={"temperature": 0.4})

@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph import EvalItem, JuryContext, Referee, create_chateval, judgments_of, verdict_of
-from jurygraph.models import JuryContext as Ctx
+from jurygraph.llm.models import JuryContext as Ctx
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 ITEM = EvalItem(id="q1", task="pairwise", question="Which is better?", response_1="Answer one.",

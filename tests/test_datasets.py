@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jurygraph.datasets import DatasetError, load_dataset, load_faireval, load_summeval, load_topical_chat
-from jurygraph.items import TaskKind
+from jurygraph.judging.items import TaskKind
+from jurygraph.running.datasets import DatasetError, load_dataset, load_faireval, load_summeval, load_topical_chat
 
 
 def test_faireval_has_80_questions_with_the_human_labels() -> None:

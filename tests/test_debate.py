@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from jurygraph import EvalItem, JuryContext, create_debate, verdict_of
-from jurygraph.datasets import load_dataset
+from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import FakeJudge
 
 ITEM = load_dataset("summeval", aspect="coherence").items[0]

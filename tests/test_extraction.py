@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jurygraph.extraction import AnswerForm, UnreadableReply, parse_choice, parse_pairwise, parse_score
-from jurygraph.items import Scale, TaskKind
+from jurygraph.judging.extraction import AnswerForm, UnreadableReply, parse_choice, parse_pairwise, parse_score
+from jurygraph.judging.items import Scale, TaskKind
 
 TEN = Scale(low=1, high=10)
 FIVE = Scale(low=1, high=5)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import httpx
 
-from jurygraph.fake_server import FakeOpenAIServer
+from jurygraph.testing.fake_server import FakeOpenAIServer
 
 
 def test_back_to_back_requests_are_not_delayed_by_nagle(openai_server: Callable[..., FakeOpenAIServer]) -> None:

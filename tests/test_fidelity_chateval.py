@@ -13,9 +13,9 @@ import pytest
 
 from jurygraph import EvalItem, JuryContext, create_chateval, create_ensemble, create_single_agent, verdict_of
 from jurygraph.cli import main
-from jurygraph.datasets import load_faireval
-from jurygraph.fake_server import prompt_of
-from jurygraph.models import parse_gen
+from jurygraph.llm.models import parse_gen
+from jurygraph.running.datasets import load_faireval
+from jurygraph.testing.fake_server import prompt_of
 
 FIXTURES = Path(__file__).parent / "data" / "fidelity"
 

@@ -13,8 +13,8 @@ import pytest
 from jurygraph.nodes.debate import debate_prompt
 
 from jurygraph import JuryContext, create_debate, verdict_of
-from jurygraph.datasets import load_dataset
-from jurygraph.fake_server import prompt_of
+from jurygraph.running.datasets import load_dataset
+from jurygraph.testing.fake_server import prompt_of
 
 PAPER = json.loads((Path(__file__).parent / "data" / "fidelity" / "debate" / "paper.json")
                    .read_text(encoding="utf-8"))

@@ -13,8 +13,8 @@ from jurygraph.graphs.faireval import create_faireval
 
 from jurygraph import JuryContext
 from jurygraph.cli import main
-from jurygraph.datasets import load_dataset
-from jurygraph.runner import read_results
+from jurygraph.running.datasets import load_dataset
+from jurygraph.running.runner import read_results
 
 FAIREVAL = json.loads((Path(__file__).parent / "data" / "fidelity" / "faireval" / "gen_prompt.json")
                       .read_text(encoding="utf-8"))

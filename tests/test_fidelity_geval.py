@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from jurygraph import JuryContext, create_analyze_rate, create_geval, verdict_of
-from jurygraph.datasets import load_dataset
+from jurygraph.running.datasets import load_dataset
 
 FIXTURES = Path(__file__).parent / "data" / "fidelity"
 SETTINGS = json.loads((FIXTURES / "geval" / "settings.json").read_text(encoding="utf-8"))

@@ -14,8 +14,8 @@ import pytest
 
 from jurygraph import EvalItem, JuryContext, ModelSpec, create_refer, verdict_of
 from jurygraph.cli import main
-from jurygraph.datasets import load_dataset
-from jurygraph.fake_server import prompt_of
+from jurygraph.running.datasets import load_dataset
+from jurygraph.testing.fake_server import prompt_of
 
 APPENDIX_C = json.loads((Path(__file__).parent / "data" / "fidelity" / "refer" / "appendix_c.json")
                         .read_text(encoding="utf-8"))

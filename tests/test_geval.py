@@ -11,10 +11,10 @@ import pytest
 from jurygraph.nodes.geval import expected_score_from_logprobs, read_reply, score_in_reply, valid_scores
 
 from jurygraph import EvalItem, JuryContext, create_analyze_rate, create_geval, judgments_of, verdict_of
-from jurygraph.extraction import AnswerForm, UnreadableReply
-from jurygraph.fake_server import prompt_of
-from jurygraph.items import Scale, TaskKind
+from jurygraph.judging.extraction import AnswerForm, UnreadableReply
+from jurygraph.judging.items import Scale, TaskKind
 from jurygraph.testing import FakeJudge
+from jurygraph.testing.fake_server import prompt_of
 
 SUMMEVAL = EvalItem(id="d1#0", task="score", dataset="summeval", aspect="coherence", scale={"low": 1, "high": 5},
                     source="The cat sat on the mat. It was warm.", response="A cat sat on a warm mat.", group="d1")

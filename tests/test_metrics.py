@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from jurygraph import metrics
+from jurygraph.measuring import metrics
 
 
 def test_correlations_use_average_ranks_and_tau_b() -> None:

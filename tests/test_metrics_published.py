@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from jurygraph.aggregation import aggregate
-from jurygraph.datasets import load_faireval, load_topical_chat
-from jurygraph.items import TaskKind
-from jurygraph.judgments import Judgment, pairwise_label
-from jurygraph.metaeval import metaeval
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.items import TaskKind
+from jurygraph.judging.judgments import Judgment, pairwise_label
+from jurygraph.measuring.metaeval import metaeval
+from jurygraph.running.datasets import load_faireval, load_topical_chat
 
 DATA = Path(__file__).parent / "data"
 
@@ -171,8 +171,8 @@ def test_human_score_distribution_matches_debate_table_2(dataset: str, aspect: s
     column of the paper's table is N+1 items (1601, 361) with one more item at the top score than the
     data has, as if one top-scored row had been counted twice. The paper's percentages are therefore
     compared as counts out of N+1."""
-    from jurygraph.datasets import load_dataset
-    from jurygraph.metrics import score_distribution
+    from jurygraph.measuring.metrics import score_distribution
+    from jurygraph.running.datasets import load_dataset
 
     items = load_dataset(dataset, aspect=aspect).items
     low, high = (1, 5) if dataset == "summeval" else (1, 3)

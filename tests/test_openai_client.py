@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from jurygraph import EvalItem, JuryContext, ModelSpec, create_chateval, judgments_of, verdict_of
-from jurygraph.fake_server import prompt_of
 from jurygraph.testing import pairwise_reply
+from jurygraph.testing.fake_server import prompt_of
 
 FINAL = "Output with the following format strictly"
 TRICKY = "Explain {chat_history} and ${agent_name} and {{Peer_response1}} and $role_description, please."

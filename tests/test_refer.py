@@ -14,7 +14,7 @@ from langchain_core.exceptions import ModelNotFoundError
 from langchain_core.messages import BaseMessage
 
 from jurygraph import EvalItem, JuryContext, create_refer, judgments_of, verdict_of
-from jurygraph.datasets import load_dataset
+from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import FakeJudge
 
 PEER_REPLIES = {

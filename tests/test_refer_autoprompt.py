@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from jurygraph import JuryContext, create_refer, verdict_of
-from jurygraph.autoprompt import generate_guidelines
 from jurygraph.cli import main
-from jurygraph.datasets import load_dataset
-from jurygraph.fake_server import prompt_of
+from jurygraph.cli.autoprompt import generate_guidelines
+from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import FakeJudge
+from jurygraph.testing.fake_server import prompt_of
 
 STRUCTURE = """You will be presented with a conversation between two individuals and given a potential response for \
 the next turn in the conversation, along with a fact that the response is based on.

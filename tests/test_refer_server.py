@@ -12,9 +12,9 @@ import pytest
 
 from jurygraph import JuryContext, ModelSpec, create_refer, judgments_of, verdict_of
 from jurygraph.cli import main
-from jurygraph.datasets import load_dataset
-from jurygraph.fake_server import Faults, prompt_of
-from jurygraph.runner import read_results, run
+from jurygraph.running.datasets import load_dataset
+from jurygraph.running.runner import read_results, run
+from jurygraph.testing.fake_server import Faults, prompt_of
 
 PEER_RATINGS = {"peer1": 1, "peer2": 2, "peer3": 3}
 AC_RATINGS = [1, 2, 3, 3, 2, 3, 3, 1, 2, 3, 3, 3, 2, 2, 3, 1, 3, 2, 3, 3]  # the 20 samples, by choice index

@@ -13,9 +13,9 @@ import pytest
 from jurygraph.nodes.refer import Peer, make_peer_node, template_for
 
 from jurygraph import EvalItem, JuryContext, ModelSpec, create_refer, judgments_of, verdict_of
-from jurygraph.fake_server import prompt_of
-from jurygraph.reasoning import agreement, normalize_answer, options_from_question, reasoning_report
+from jurygraph.judging.reasoning import agreement, normalize_answer, options_from_question, reasoning_report
 from jurygraph.testing import FakeJudge
+from jurygraph.testing.fake_server import prompt_of
 
 
 def fixed(reply: str, name: str, native_n: bool = False) -> FakeJudge:

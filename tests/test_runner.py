@@ -18,10 +18,10 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from jurygraph import EvalItem, JuryContext, create_chateval
-from jurygraph.fake_server import Faults, prompt_of
-from jurygraph.limits import ProviderGates, ProviderLimit, parse_limits
-from jurygraph.runner import read_results, run
+from jurygraph.llm.limits import ProviderGates, ProviderLimit, parse_limits
+from jurygraph.running.runner import read_results, run
 from jurygraph.testing import FakeJudge, pairwise_reply
+from jurygraph.testing.fake_server import Faults, prompt_of
 
 FINAL = "Output with the following format strictly"
 
@@ -78,7 +78,7 @@ def test_n_samples_are_not_collapsed_by_the_cache(tmp_path: Path) -> None:
     """Two protocol runs that differ only by sample index must not share one cached answer."""
     from langchain_core.messages import HumanMessage
 
-    from jurygraph.cache import LLMCache
+    from jurygraph.llm.cache import LLMCache
 
     messages = [HumanMessage("same prompt")]
     base = {"n": 1, "temperature": 1.0}

@@ -14,9 +14,9 @@ import pytest
 from langgraph.graph.state import CompiledStateGraph
 
 from jurygraph import JuryContext, verdict_of
-from jurygraph.datasets import load_dataset
-from jurygraph.fake_server import prompt_of
+from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import pairwise_reply
+from jurygraph.testing.fake_server import prompt_of
 
 ROOT = Path(__file__).parent.parent
 CONFIG = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))

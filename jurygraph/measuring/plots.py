@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jurygraph.metaeval import MethodResult
-from jurygraph.metrics import score_distribution
-from jurygraph.tables import SYMBOL, aspect_order, level_name
+from jurygraph.measuring.metaeval import MethodResult
+from jurygraph.measuring.metrics import score_distribution
+from jurygraph.measuring.tables import SYMBOL, aspect_order, level_name
 
 PAIRWISE_NAMES = {"1": "Assistant 1", "2": "Assistant 2", "tie": "tie"}
 

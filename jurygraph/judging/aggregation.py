@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from statistics import fmean
 from typing import Any, Literal
 
-from jurygraph.items import TaskKind
-from jurygraph.judgments import Judgment, Verdict, pairwise_label
+from jurygraph.judging.items import TaskKind
+from jurygraph.judging.judgments import Judgment, Verdict, pairwise_label
 
 # "average" is ChatEval's word (its CLI option), "mean" the verdict's method name: the same rule
 AggregateMethod = Literal["mean", "average", "majority"]

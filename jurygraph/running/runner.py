@@ -39,10 +39,10 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from jurygraph.cache import LLMCache
-from jurygraph.items import EvalItem
-from jurygraph.models import JuryContext
-from jurygraph.pricing import estimate_cost
+from jurygraph.judging.items import EvalItem
+from jurygraph.llm.cache import LLMCache
+from jurygraph.llm.models import JuryContext
+from jurygraph.llm.pricing import estimate_cost
 
 RESULTS = "results.jsonl"
 MANIFEST = "manifest.json"

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from jurygraph.items import TaskKind
+from jurygraph.judging.items import TaskKind
 
 PairwiseLabel = Literal["1", "2", "tie"]
 

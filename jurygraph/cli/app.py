@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jurygraph.datasets import DatasetError, load_dataset
-from jurygraph.limits import ProviderGates, parse_limits
-from jurygraph.models import JuryContext, ModelSpec, parse_gen
-from jurygraph.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
-from jurygraph.runner import MANIFEST, RunSummary, read_results, run
+from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
+from jurygraph.llm.limits import ProviderGates, parse_limits
+from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen
+from jurygraph.running.datasets import DatasetError, load_dataset
+from jurygraph.running.runner import MANIFEST, RunSummary, read_results, run
 
-COMMAND_MODULES: list[str] = ["jurygraph.demo", "jurygraph.bench", "jurygraph.autoprompt", "jurygraph.reasoning"]
+COMMAND_MODULES: list[str] = [
+    "jurygraph.cli.demo", "jurygraph.cli.bench", "jurygraph.cli.autoprompt", "jurygraph.judging.reasoning",
+]
 
 # what a resumed run takes from its manifest instead of the command line
 RESUMABLE = ("protocol", "dataset", "task", "aspect", "mapping", "limit", "model", "base_url", "models",
@@ -225,7 +227,7 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
-    from jurygraph.diagrams import render_graph
+    from jurygraph.cli.diagrams import render_graph
 
     setup = build_protocol(args)
     text_or_path = render_graph(setup.graph, args.format, args.out or (f"{args.protocol}.png"

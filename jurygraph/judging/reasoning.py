@@ -94,7 +94,7 @@ def add_command(commands: Any) -> None:
 def cmd_reasoning_report(args: Any) -> int:
     import json
 
-    from jurygraph.runner import read_results
+    from jurygraph.running.runner import read_results
 
     report = reasoning_report([r for r in read_results(args.run_dir) if r.get("status") == "ok"])
     print(json.dumps(report, indent=2))

@@ -1,8 +1,8 @@
 """Graph state shared by all protocols, and the reducers that merge what parallel nodes write.
 
 State holds plain data only (dicts, lists, LangChain messages) so that any checkpointer can store it
-and read it back without registering our classes; :class:`~jurygraph.items.EvalItem`,
-:class:`~jurygraph.judgments.Judgment` and :class:`~jurygraph.judgments.Verdict` convert to and from it.
+and read it back without registering our classes; :class:`~jurygraph.judging.items.EvalItem`,
+:class:`~jurygraph.judging.judgments.Judgment` and :class:`~jurygraph.judging.judgments.Verdict` convert to and from it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Annotated, Any
 from langchain_core.messages import AnyMessage, BaseMessage
 from typing_extensions import TypedDict  # pydantic (JSON schemas for LangGraph Studio) needs it on Python < 3.12
 
-from jurygraph.items import EvalItem, as_item
-from jurygraph.judgments import Judgment, Verdict
+from jurygraph.judging.items import EvalItem, as_item
+from jurygraph.judging.judgments import Judgment, Verdict
 
 HistoryUpdate = list[BaseMessage] | dict[str, list[BaseMessage]]
 

@@ -1,6 +1,6 @@
 """From a run's records to agreement with humans: ``metaeval(run_dir)``.
 
-A run's ``results.jsonl`` (see :mod:`jurygraph.runner`) holds one record per item: ``status``,
+A run's ``results.jsonl`` (see :mod:`jurygraph.running.runner`) holds one record per item: ``status``,
 ``dataset``, ``aspect``, ``group``, ``human`` and the ``verdict``. Here:
 
 - predicted score = ``verdict["score"]``, human score = ``human[aspect]``;
@@ -11,7 +11,7 @@ A run's ``results.jsonl`` (see :mod:`jurygraph.runner`) holds one record per ite
 The correlation level follows the literature for each benchmark (:func:`default_level`): SummEval is
 summary-level (per document, averaged), everything else pooled (Topical-Chat turn-level as in ChatEval,
 G-Eval, UniEval, ReFeR); ``level="grouped"`` gives DEBATE's per-context average on Topical-Chat.
-Tables in the papers' layouts are built by :mod:`jurygraph.tables`.
+Tables in the papers' layouts are built by :mod:`jurygraph.measuring.tables`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from jurygraph import metrics
-from jurygraph.metrics import Correlation, Interval
-from jurygraph.runner import MANIFEST, RESULTS, read_results
+from jurygraph.measuring import metrics
+from jurygraph.measuring.metrics import Correlation, Interval
+from jurygraph.running.runner import MANIFEST, RESULTS, read_results
 
 Level = Literal["pooled", "grouped"]
 PAIRWISE_LABELS = ("1", "2", "tie")

@@ -26,14 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jurygraph.datasets import Dataset, DatasetError, load_dataset
-from jurygraph.items import TaskKind
-from jurygraph.metaeval import Level, MethodResult, evaluate_records, run_name, run_records
-from jurygraph.metrics import STATISTICS
-from jurygraph.models import JuryContext
-from jurygraph.protocols import ProtocolSetup
-from jurygraph.runner import arun, read_results
-from jurygraph.tables import (
+from jurygraph.cli.protocols import ProtocolSetup
+from jurygraph.judging.items import TaskKind
+from jurygraph.llm.models import JuryContext
+from jurygraph.measuring.metaeval import Level, MethodResult, evaluate_records, run_name, run_records
+from jurygraph.measuring.metrics import STATISTICS
+from jurygraph.measuring.tables import (
     comparison_table,
     correlation_table,
     detail_table,
@@ -41,6 +39,8 @@ from jurygraph.tables import (
     label_table,
     results_csv,
 )
+from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
+from jurygraph.running.runner import arun, read_results
 
 DEFAULT_ASPECTS = {"summeval": ["coherence", "consistency", "fluency", "relevance"],
                    "topical-chat": ["naturalness", "coherence", "engagingness", "groundedness"]}
@@ -113,7 +113,7 @@ def report(methods: Sequence[MethodResult], out: Path | None = None, *, statisti
         (out / f"distribution_{_slug(method.name)}.csv").write_text(dist.csv(), encoding="utf-8")
         texts.append(dist.text())
     if plots:
-        from jurygraph import plots as figures
+        from jurygraph.measuring import plots as figures
 
         written = []
         if scored:
@@ -131,8 +131,8 @@ def report(methods: Sequence[MethodResult], out: Path | None = None, *, statisti
 
 def _method_parser() -> argparse.ArgumentParser:
     """What a ``--method NAME=ARGS`` may say: the protocol options and model options of ``eval``."""
-    from jurygraph.cli import add_model_arguments
-    from jurygraph.protocols import add_protocol_arguments
+    from jurygraph.cli.app import add_model_arguments
+    from jurygraph.cli.protocols import add_protocol_arguments
 
     parser = argparse.ArgumentParser(prog="--method", add_help=False, exit_on_error=False)
     add_protocol_arguments(parser)
@@ -233,8 +233,8 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from jurygraph.cli import context_from_args, key_values
-    from jurygraph.protocols import build_protocol
+    from jurygraph.cli.app import context_from_args, key_values
+    from jurygraph.cli.protocols import build_protocol
 
     methods = _pairs(args.method, "--method")
     finished = _pairs(args.runs, "--runs")

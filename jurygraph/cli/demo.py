@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jurygraph.datasets import load_faireval
 from jurygraph.graphs.chateval import create_chateval
-from jurygraph.local_model import SMOKE_TEST_NOTICE, local_model_available
-from jurygraph.models import JuryContext, ModelSpec
-from jurygraph.runner import read_results, run
+from jurygraph.llm.local_model import SMOKE_TEST_NOTICE, local_model_available
+from jurygraph.llm.models import JuryContext, ModelSpec
+from jurygraph.running.datasets import load_faireval
+from jurygraph.running.runner import read_results, run
 
 
 class _Printer:

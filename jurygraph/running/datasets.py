@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from jurygraph.aspects import aspects_of, get_aspect
-from jurygraph.items import EvalItem, TaskKind
+from jurygraph.judging.aspects import aspects_of, get_aspect
+from jurygraph.judging.items import EvalItem, TaskKind
 
 BUILTIN = {"faireval": "faireval.json", "summeval": "summeval.json", "topical-chat": "topical_chat.json",
            "topical_chat": "topical_chat.json"}

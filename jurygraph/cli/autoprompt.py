@@ -16,8 +16,8 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from jurygraph.items import EvalItem, as_item
-from jurygraph.models import JuryContext, ModelLike, ModelSpec
+from jurygraph.judging.items import EvalItem, as_item
+from jurygraph.llm.models import JuryContext, ModelLike, ModelSpec
 from jurygraph.prompts import HEADER, load_prompt, render
 
 AGENT = "autoprompt"
@@ -95,7 +95,7 @@ def add_command(commands: Any) -> None:
 
 
 def cmd_autoprompt(args: argparse.Namespace) -> int:
-    from jurygraph.datasets import load_dataset
+    from jurygraph.running.datasets import load_dataset
 
     structure = Path(args.task[1:]).read_text(encoding="utf-8") if args.task.startswith("@") else args.task
     dataset = load_dataset(args.examples, aspect=args.aspect, task="score")

@@ -19,9 +19,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from jurygraph.aspects import aspects_of
-from jurygraph.metaeval import MethodResult, compare_labels, compare_scores
-from jurygraph.metrics import PairedTest, score_distribution
+from jurygraph.judging.aspects import aspects_of
+from jurygraph.measuring.metaeval import MethodResult, compare_labels, compare_scores
+from jurygraph.measuring.metrics import PairedTest, score_distribution
 
 SYMBOL = {"pearson": "r", "spearman": "ρ", "kendall": "τ"}
 LAYOUTS: dict[tuple[str | None, str], tuple[str, ...]] = {

@@ -22,9 +22,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langgraph.runtime import get_runtime
 
-from jurygraph.extraction import AnswerForm, UnreadableReply
-from jurygraph.judgments import Judgment
-from jurygraph.models import JuryContext, ResolvedModel
+from jurygraph.judging.extraction import AnswerForm, UnreadableReply
+from jurygraph.judging.judgments import Judgment
+from jurygraph.llm.models import JuryContext, ResolvedModel
 
 REASK = "Your reply could not be read ({reason}). Answer again, and output with the following format strictly:\n{form}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jurygraph.items import Scale
+from jurygraph.judging.items import Scale
 from jurygraph.prompts import load_json
 
 BENCHMARK_ASPECTS = {"summeval": "summeval", "topical-chat": "topical-chat", "topical_chat": "topical-chat"}

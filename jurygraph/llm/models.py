@@ -22,8 +22,8 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from jurygraph.cache import LLMCache
-from jurygraph.limits import ProviderGates
+from jurygraph.llm.cache import LLMCache
+from jurygraph.llm.limits import ProviderGates
 
 Provider = Literal["openai", "google_genai", "local"]
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
@@ -129,7 +129,7 @@ class ModelSpec(BaseModel):
     def build(self) -> BaseChatModel:
         """The LangChain chat model for this spec; raises MissingAPIKey naming the variable to set."""
         if self.provider == "local":
-            from jurygraph.local_model import load_local_model
+            from jurygraph.llm.local_model import load_local_model
 
             return load_local_model(self.model, temperature=self.temperature, max_tokens=self.max_tokens)
         key = self._api_key()
@@ -274,7 +274,7 @@ class ResolvedModel:
 
 def default_model_spec() -> ModelSpec | None:
     """The embedded offline model, when its optional extra is installed."""
-    from jurygraph.local_model import local_model_available
+    from jurygraph.llm.local_model import local_model_available
 
     return ModelSpec(provider="local", model="smollm2-135m-instruct") if local_model_available() else None
 

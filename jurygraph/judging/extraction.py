@@ -1,6 +1,6 @@
 """Reading judgments out of model replies.
 
-Three layers, tried in order by :mod:`jurygraph.calls`: the structured object when the model filled one,
+Three layers, tried in order by :mod:`jurygraph.llm.calls`: the structured object when the model filled one,
 then the tolerant text parsers below, then (once) a re-ask with the format reminder. A reply that none
 of them can read becomes a *missing* judgment that keeps the raw text and the reason — never a 0 or a tie.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
-from jurygraph.items import Scale, TaskKind, format_number
-from jurygraph.judgments import (
+from jurygraph.judging.items import Scale, TaskKind, format_number
+from jurygraph.judging.judgments import (
     ChoiceAnswer,
     Judgment,
     PairwiseAnswer,

@@ -1,0 +1,3 @@
+from jurygraph.cli.app import main
+
+raise SystemExit(main())

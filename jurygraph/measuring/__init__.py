@@ -1,0 +1,1 @@
+"""Measuring: agreement with human labels (metrics, meta-evaluation of runs, the papers' tables, plots)."""

@@ -1,0 +1,1 @@
+"""Running: datasets into items, and the runner that drives a compiled graph over them durably."""
