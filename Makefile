@@ -7,7 +7,7 @@ check: lint test
 
 lint:
 	$(PY) -m ruff check .
-	$(PY) -m mypy jurygraph graphs nodes prompts
+	$(PY) -m mypy
 
 test:
 	$(PY) -m pytest -q

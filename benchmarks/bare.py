@@ -13,11 +13,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from jurygraph.judging.items import EvalItem
-from jurygraph.llm.models import ModelSpec, build_model
+from jurygraph import EvalItem, ModelSpec
+from jurygraph.llm.models import build_model
+from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas
 
 
 async def bare_chateval(items: Sequence[EvalItem], spec: ModelSpec, *, concurrency: int, turns: int = 2,

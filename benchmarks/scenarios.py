@@ -25,10 +25,19 @@ from typing import Any
 
 from benchmarks.bare import bare_chateval
 from benchmarks.server import ServerOptions, ServerProcess
-from jurygraph import JuryContext, ModelSpec, create_chateval, create_debate, create_refer
-from jurygraph.judging.items import EvalItem
-from jurygraph.running.datasets import load_dataset
-from jurygraph.running.runner import MANIFEST, RESULTS, RunSummary, arun, read_results
+from jurygraph import (
+    EvalItem,
+    JuryContext,
+    ModelSpec,
+    RunSummary,
+    arun,
+    create_chateval,
+    create_debate,
+    create_refer,
+    load_dataset,
+    read_results,
+)
+from jurygraph.running.runner import MANIFEST, RESULTS
 
 DATASET, ASPECT = "summeval", "coherence"  # 1600 items; every protocol has a template for it
 

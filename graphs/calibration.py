@@ -35,12 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
-from jurygraph.graphs.faireval import create_faireval
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.graphs.faireval import create_faireval
 from jurygraph.judging.aggregation import aggregate
 from jurygraph.judging.items import TaskKind, as_item
 from jurygraph.judging.judgments import Judgment, pairwise_label

@@ -25,7 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
+from langchain_core.messages import AIMessage
+from langgraph.graph import END, START, StateGraph
+
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
 from jurygraph.graphs.calibration import BUILTIN_TASKS
+from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod
+from jurygraph.judging.state import JuryState, merge_dicts
+from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.discussion import (
     SUMMARY_MODES,
@@ -35,13 +42,6 @@ from jurygraph.nodes.discussion import (
     merge_buffer,
 )
 from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, make_referee_node, node_id
-from langchain_core.messages import AIMessage
-from langgraph.graph import END, START, StateGraph
-
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod
-from jurygraph.judging.state import JuryState, merge_dicts
-from jurygraph.llm.models import JuryContext
 
 Strategy = Literal["one-by-one", "simultaneous", "summarizer"]
 STRATEGIES: tuple[str, ...] = ("one-by-one", "simultaneous", "summarizer")

@@ -22,6 +22,11 @@ import operator
 from collections.abc import Hashable
 from typing import Annotated, Any
 
+from langgraph.graph import END, START, StateGraph
+
+from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.judging.state import JuryState
+from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.debate import (
     CRITIC_PERSONAS,
     NO_ISSUE_RULES,
@@ -33,11 +38,6 @@ from jurygraph.nodes.debate import (
     make_scorer_node,
     make_tie_breaker_node,
 )
-from langgraph.graph import END, START, StateGraph
-
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.judging.state import JuryState
-from jurygraph.llm.models import JuryContext
 
 DEFAULT_MAX_ITERATIONS = 4  # Figure 2 (left): n = 4 gives DEBATE's best correlation
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from jurygraph.graphs.chateval import add_position_argument, paper_positions
-from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, node_id
-from jurygraph.nodes.solo import make_solo_referee_node
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.graphs.chateval import add_position_argument, paper_positions
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
+from jurygraph.nodes.aggregator import make_aggregator_node
+from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, node_id
+from jurygraph.nodes.solo import make_solo_referee_node
 
 EnsembleMethod = Literal["majority", "mean"]
 

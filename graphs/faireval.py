@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jurygraph.nodes.faireval import FAIREVAL_PARAMS, in_original_order, make_faireval_node
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
@@ -26,6 +25,7 @@ from jurygraph.judging.items import TaskKind
 from jurygraph.judging.judgments import Judgment
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
+from jurygraph.nodes.faireval import FAIREVAL_PARAMS, in_original_order, make_faireval_node
 
 ORDERS = ("original_order", "swapped_order")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, Estimator, make_form_filling_node
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
+from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, Estimator, make_form_filling_node
 
 
 def create_geval(

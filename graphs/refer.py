@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from jurygraph.nodes.refer import FEEDBACK_MODES, Peer, make_area_chair_node, make_peer_node, template_for
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext, ModelSpec
+from jurygraph.nodes.refer import FEEDBACK_MODES, Peer, make_area_chair_node, make_peer_node, template_for
 
 Variant = Literal["turbo", "lite"]
 VARIANTS: tuple[str, ...] = ("turbo", "lite")

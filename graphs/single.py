@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from jurygraph.graphs.chateval import add_position_argument, paper_positions
-from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.referee import ChatEvalTemplate, node_id
-from jurygraph.nodes.solo import SINGLE_AGENT, make_solo_referee_node
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
+from jurygraph.graphs.chateval import add_position_argument, paper_positions
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
+from jurygraph.nodes.aggregator import make_aggregator_node
+from jurygraph.nodes.referee import ChatEvalTemplate, node_id
+from jurygraph.nodes.solo import SINGLE_AGENT, make_solo_referee_node
 
 
 def create_single_agent(

@@ -27,8 +27,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jurygraph.nodes.referee import render_history
-from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 
@@ -37,6 +35,8 @@ from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node
+from jurygraph.nodes.referee import render_history
+from jurygraph.prompts import load_prompt, render
 
 COMMANDER, SCORER, CRITIC, TIE_BREAKER = "Commander", "Scorer", "Critic", "Tie-breaker"
 Step = Literal["scorer", "critic", "tie_breaker", "finalize"]

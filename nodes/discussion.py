@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from jurygraph.nodes.referee import CHATEVAL_PARAMS, render_history, spoken
-from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.llm.calls import ModelRequest, agent_node
+from jurygraph.nodes.referee import CHATEVAL_PARAMS, render_history, spoken
+from jurygraph.prompts import load_prompt, render
 
 SummaryMode = Literal["append", "replace", "code"]
 SUMMARY_MODES: tuple[str, ...] = ("append", "replace", "code")

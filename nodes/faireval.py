@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 
@@ -19,6 +18,7 @@ from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item
 from jurygraph.judging.judgments import Judgment, pairwise_label
 from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
+from jurygraph.prompts import load_prompt, render
 
 FAIREVAL_AGENT = "FairEval"
 FAIREVAL_SCALE = Scale(low=1, high=10)  # "an overall score on a scale of 1 to 10"

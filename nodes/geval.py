@@ -30,8 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jurygraph.nodes.referee import node_id, spoken
-from jurygraph.prompts import load_prompt, render
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
@@ -42,6 +40,8 @@ from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_n
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node, current_context
 from jurygraph.llm.models import ResolvedModel
+from jurygraph.nodes.referee import node_id, spoken
+from jurygraph.prompts import load_prompt, render
 
 Style = Literal["geval", "analyze-rate"]
 Estimator = Literal["samples", "logprobs"]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from jurygraph.prompts import load_json, load_prompt, load_prompt_file, render
 from langchain_core.exceptions import ModelAuthenticationError, ModelNotFoundError, ModelPermissionDeniedError
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
@@ -27,6 +26,7 @@ from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.judging.reasoning import agreement, format_options, is_correct, options_from_question
 from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
 from jurygraph.llm.models import MissingAPIKey
+from jurygraph.prompts import load_json, load_prompt, load_prompt_file, render
 
 Feedback = Literal["score", "comment", "both"]
 FEEDBACK_MODES: tuple[str, ...] = ("score", "comment", "both")

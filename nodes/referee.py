@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jurygraph.prompts import load_json, load_prompt, render
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
@@ -16,6 +15,7 @@ from jurygraph.judging.aspects import get_aspect
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.llm.calls import ModelRequest, agent_node
+from jurygraph.prompts import load_json, load_prompt, render
 
 PERSONA_ORDER = ("General Public", "Critic", "News Author", "Psychologist", "Scientist")
 FAIREVAL_SCALE = Scale(low=1, high=10)

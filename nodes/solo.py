@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jurygraph.nodes.referee import CHATEVAL_PARAMS, ChatEvalTemplate, Referee, node_id, spoken
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.judging.items import as_item
 from jurygraph.llm.calls import ModelRequest, agent_node
+from jurygraph.nodes.referee import CHATEVAL_PARAMS, ChatEvalTemplate, Referee, node_id, spoken
 
 SINGLE_AGENT = "Single Agent"
 

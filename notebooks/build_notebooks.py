@@ -93,10 +93,11 @@ from jurygraph import (
     create_refer,
     create_single_agent,
     judgments_of,
+    load_dataset,
+    png_bytes,
+    render_graph,
     verdict_of,
 )
-from jurygraph.running.datasets import load_dataset
-from jurygraph.cli.diagrams import png_bytes, render_graph
 """),
     md("""
 ## The model: a deterministic fake that answers in each protocol's format
@@ -233,14 +234,12 @@ the recorded prompts what each referee heard.
 import re
 
 from IPython.display import Image, Markdown, display
+from langgraph.graph import END, START, StateGraph
+
+from jurygraph import JuryContext, create_chateval, load_dataset, png_bytes, render_graph, verdict_of
 from jurygraph.graphs import ChatEvalState, chain, edges_of, remove_edge, replace_edges, wire_turns
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.referee import chateval_personas
-from langgraph.graph import END, START, StateGraph
-
-from jurygraph import JuryContext, create_chateval, verdict_of
-from jurygraph.running.datasets import load_dataset
-from jurygraph.cli.diagrams import png_bytes, render_graph
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 item = load_dataset("faireval").items[0]
@@ -397,8 +396,7 @@ from pathlib import Path
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from jurygraph import JuryContext, create_chateval, verdict_of
-from jurygraph.running.datasets import load_dataset
+from jurygraph import JuryContext, create_chateval, load_dataset, verdict_of
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 path = Path(tempfile.mkdtemp()) / "checkpoints.sqlite"
@@ -541,11 +539,8 @@ from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
-from jurygraph import JuryContext, create_geval, create_single_agent
+from jurygraph import JuryContext, arun, create_geval, create_single_agent, load_dataset, metaeval, read_results
 from jurygraph.measuring import plots, tables
-from jurygraph.running.datasets import load_dataset
-from jurygraph.measuring.metaeval import metaeval
-from jurygraph.running.runner import arun, read_results
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 workdir = Path(tempfile.mkdtemp())

@@ -8,10 +8,10 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from jurygraph.nodes.referee import Referee
 from langchain_core.messages import BaseMessage
 
 from jurygraph import EvalItem, JuryContext, create_ensemble, create_single_agent, judgments_of, verdict_of
+from jurygraph.nodes.referee import Referee
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 ITEM = EvalItem(id="q1", task="pairwise", question="Which is better?", response_1="Answer one.",

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from jurygraph.graphs.calibration import calibration_runs, map_back
 from langchain_core.messages import BaseMessage
 
 from jurygraph import (
@@ -21,6 +20,7 @@ from jurygraph import (
     create_single_agent,
     verdict_of,
 )
+from jurygraph.graphs.calibration import calibration_runs, map_back
 from jurygraph.llm.cache import LLMCache
 from jurygraph.testing import FakeJudge, pairwise_reply
 from jurygraph.testing.fake_server import prompt_of

@@ -7,15 +7,15 @@ import re
 from collections.abc import Sequence
 
 import pytest
-from jurygraph.graphs import ChatEvalState, remove_edge, replace_edges, wire_turns
-from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.referee import chateval_personas
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph import EvalItem, JuryContext, Referee, create_chateval, judgments_of, verdict_of
+from jurygraph.graphs import ChatEvalState, remove_edge, replace_edges, wire_turns
 from jurygraph.llm.models import JuryContext as Ctx
+from jurygraph.nodes.aggregator import make_aggregator_node
+from jurygraph.nodes.referee import chateval_personas
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 ITEM = EvalItem(id="q1", task="pairwise", question="Which is better?", response_1="Answer one.",

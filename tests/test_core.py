@@ -6,7 +6,6 @@ from importlib import resources
 from typing import Any
 
 import pytest
-from jurygraph.prompts import load_prompt, render, slots_of
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -22,6 +21,7 @@ from jurygraph import (
     create_single_agent,
     verdict_of,
 )
+from jurygraph.prompts import load_prompt, render, slots_of
 
 
 def test_item_errors_name_the_item_and_field() -> None:

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jurygraph.prompts
 import pytest
-from jurygraph.nodes.debate import CriticPersona, debate_prompt, frame_task
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+import jurygraph.prompts
 from jurygraph import EvalItem, JuryContext, create_debate, verdict_of
+from jurygraph.nodes.debate import CriticPersona, debate_prompt, frame_task
 from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import FakeJudge
 

@@ -7,6 +7,7 @@ mention the token in passing (the ENDS / CONTINUES tables)."""
 from __future__ import annotations
 
 import pytest
+
 from jurygraph.nodes.debate import CriticPersona, ends_debate, no_issue_in, says_no_issue
 
 ENDS = [

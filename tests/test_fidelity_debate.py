@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jurygraph.nodes.debate import debate_prompt
 
 from jurygraph import JuryContext, create_debate, verdict_of
+from jurygraph.nodes.debate import debate_prompt
 from jurygraph.running.datasets import load_dataset
 from jurygraph.testing.fake_server import prompt_of
 

@@ -9,10 +9,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from jurygraph.graphs.faireval import create_faireval
-
 from jurygraph import JuryContext
 from jurygraph.cli import main
+from jurygraph.graphs.faireval import create_faireval
 from jurygraph.running.datasets import load_dataset
 from jurygraph.running.runner import read_results
 

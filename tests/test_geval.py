@@ -8,11 +8,11 @@ import math
 from typing import Any
 
 import pytest
-from jurygraph.nodes.geval import expected_score_from_logprobs, read_reply, score_in_reply, valid_scores
 
 from jurygraph import EvalItem, JuryContext, create_analyze_rate, create_geval, judgments_of, verdict_of
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
 from jurygraph.judging.items import Scale, TaskKind
+from jurygraph.nodes.geval import expected_score_from_logprobs, read_reply, score_in_reply, valid_scores
 from jurygraph.testing import FakeJudge
 from jurygraph.testing.fake_server import prompt_of
 

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from importlib import resources
 
 import pytest
-from jurygraph.nodes.refer import ReferTemplate, comment_of, item_slots, peer_block
-from jurygraph.prompts import load_json, load_prompt, render
 from langchain_core.exceptions import ModelNotFoundError
 from langchain_core.messages import BaseMessage
 
 from jurygraph import EvalItem, JuryContext, create_refer, judgments_of, verdict_of
+from jurygraph.nodes.refer import ReferTemplate, comment_of, item_slots, peer_block
+from jurygraph.prompts import load_json, load_prompt, render
 from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import FakeJudge
 
