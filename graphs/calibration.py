@@ -39,8 +39,6 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.graphs.faireval import create_faireval
 from jurygraph.judging.aggregation import aggregate
 from jurygraph.judging.items import TaskKind, as_item
 from jurygraph.judging.judgments import Judgment, pairwise_label
@@ -191,70 +189,3 @@ def calibrate(
     builder.add_edge([run.name for run in runs], "calibrate")
     builder.add_edge("calibrate", END)
     return builder
-
-
-# --- command line: --calibrate wraps whichever protocol was chosen -----------------------------------
-
-BUILTIN_TASKS = {"faireval": "pairwise", "summeval": "score", "topical-chat": "score", "topical_chat": "score"}
-SCORE_PROTOCOLS = ("geval", "analyze-rate")
-BASELINES = ("faireval", "chateval")
-
-
-class CalibrationWrapper:
-    """``--calibrate {bpc,mec,bpc+mec}``: wraps the chosen pairwise protocol's graph with :func:`calibrate`."""
-
-    def add_arguments(self, options: Any) -> None:
-        _cli_arguments(options)
-
-    def __call__(self, setup: ProtocolSetup, args: Any) -> ProtocolSetup:
-        return _cli_wrap(setup, args)
-
-
-def _cli_arguments(options: Any) -> None:
-    options.add_argument("--calibrate", choices=MODES, default=None,
-                         help="pairwise tasks: FairEval's balanced position calibration (bpc), multiple "
-                              "evidence calibration (mec) or both, around the chosen protocol")
-    options.add_argument("--mec-k", type=int, default=3, help="MEC: evidence samples per order (default 3)")
-    options.add_argument("--mec-temperature", type=float, default=1.0,
-                         help="MEC: temperature of the evidence samples (default 1)")
-    options.add_argument("--calibration-baseline", choices=BASELINES, default="faireval",
-                         help="--protocol single with --calibrate: faireval = FairEval's own evaluator prompt, k "
-                              "reviews in one request (default, the papers' baseline); chateval = wrap ChatEval's "
-                              "single-agent graph")
-
-
-def _cli_wrap(setup: ProtocolSetup, args: Any) -> ProtocolSetup:
-    mode = getattr(args, "calibrate", None)
-    if not mode:
-        return setup
-    protocol = setup.params.get("protocol", getattr(args, "protocol", ""))
-    if protocol in SCORE_PROTOCOLS:
-        raise ValueError(f"--calibrate {mode} wraps pairwise protocols; {protocol} rates single texts")
-    dataset = getattr(args, "dataset", None)
-    task = getattr(args, "task", None) or BUILTIN_TASKS.get(str(dataset or "").lower())
-    if task is not None and task != "pairwise":
-        raise ValueError(f"--calibrate {mode} needs a pairwise dataset (e.g. faireval); "
-                         f"{dataset or 'this dataset'} holds {task} items")
-    if protocol == "single" and getattr(args, "calibration_baseline", "faireval") == "faireval":
-        return _faireval_baseline(setup, mode, args)
-    graph = calibrate(setup.graph, mode, k=args.mec_k, temperature=args.mec_temperature)
-    params = {**setup.params, "calibrate": mode}
-    if protocol == "single":
-        params["calibration_baseline"] = "chateval"
-    if "mec" in mode:
-        params.update(mec_k=args.mec_k, mec_temperature=args.mec_temperature)
-    return ProtocolSetup(graph, setup.models, params)
-
-
-def _faireval_baseline(setup: ProtocolSetup, mode: str, args: Any) -> ProtocolSetup:
-    """FairEval's calibrated single evaluator (FairEval.py): its own prompt, k reviews per order in ONE
-    request at temperature 1, max_tokens 512; k = 1 without MEC, as ``FairEval.py -k 1``."""
-    k = args.mec_k if "mec" in mode else 1
-    graph = create_faireval(k=k, bpc="bpc" in mode, params={"temperature": args.mec_temperature, "max_tokens": 512})
-    params = {**setup.params, "calibrate": mode, "calibration_baseline": "faireval", "mec_k": k,
-              "mec_temperature": args.mec_temperature}
-    return ProtocolSetup(graph, setup.models, params)
-
-
-CLI_PROTOCOLS: list[CLIProtocol] = []
-CLI_WRAPPERS = [CalibrationWrapper()]

@@ -28,8 +28,6 @@ from typing import Annotated, Any, Literal
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.graphs.calibration import BUILTIN_TASKS
 from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod
 from jurygraph.judging.state import JuryState, merge_dicts
 from jurygraph.llm.models import JuryContext
@@ -148,60 +146,3 @@ def create_chateval(
     builder.add_edge(last, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def paper_positions(args: Any) -> None:
-    """ChatEval "employ[s] position calibration techniques in both single-agent and multi-agent settings"
-    (§3.2): each pairwise item is judged in both orders and the scores combined, as its scoring script sums
-    each assistant's scores over the referees and both orders. So on a pairwise dataset the command line of
-    ``chateval``, ``single`` and ``ensemble`` applies FairEval's BPC (``--calibrate bpc``) unless another
-    calibration is asked for or ``--no-calibrate`` keeps one order. The task must be known: a built-in
-    dataset or ``--task pairwise``; a factory called from Python is never wrapped."""
-    task = getattr(args, "task", None) or BUILTIN_TASKS.get(str(getattr(args, "dataset", None) or "").lower())
-    if task == "pairwise" and getattr(args, "calibrate", None) is None and not getattr(args, "no_calibrate", False):
-        args.calibrate = "bpc"
-        # the single agent's OWN calibration, not FairEval's evaluator, which `--protocol single --calibrate`
-        # runs where the calibration wrapper offers --calibration-baseline (absent here: no effect)
-        if getattr(args, "protocol", None) == "single":
-            args.calibration_baseline = "chateval"
-
-
-def add_position_argument(options: Any) -> None:
-    """``--no-calibrate``, shared by ChatEval and its baselines (the first declaration wins)."""
-    options.add_argument("--no-calibrate", action="store_true",
-                         help="chateval/single/ensemble on pairwise data: judge one order only (default: both "
-                              "orders, --calibrate bpc, as ChatEval's position calibration)")
-
-
-def _cli_arguments(options: Any) -> None:
-    options.add_argument("--strategy", choices=STRATEGIES, default="one-by-one",
-                         help="ChatEval communication strategy (default: one-by-one)")
-    options.add_argument("--agents", type=int, default=None, help="ChatEval: number of referees (default 2)")
-    options.add_argument("--personas", default=None,
-                         help="ChatEval: comma-separated persona names from the paper, or 'same-role'")
-    options.add_argument("--turns", type=int, default=2, help="ChatEval: discussion turns (default 2)")
-    options.add_argument("--summary-mode", choices=SUMMARY_MODES, default="append",
-                         help="ChatEval summarizer: append the round summary (Algorithm 3, arXiv; default), "
-                              "replace the history (ICLR), or code: raw messages plus each referee's running "
-                              "summary (the released code)")
-    options.add_argument("--aggregate", choices=AGGREGATE_METHODS, default="average",
-                         help="ChatEval pairwise verdict: compare each assistant's average score over the "
-                              "referees (default, the paper) or a majority vote of their labels")
-    add_position_argument(options)
-
-
-def _cli_build(args: Any) -> ProtocolSetup:
-    paper_positions(args)
-    graph = create_chateval(referees=args.agents, personas=args.personas, turns=args.turns,
-                            strategy=args.strategy, summary_mode=args.summary_mode, aggregate=args.aggregate)
-    params = {"strategy": args.strategy, "agents": args.agents, "personas": args.personas, "turns": args.turns,
-              "aggregate": args.aggregate}
-    if args.strategy == "summarizer":
-        params["summary_mode"] = args.summary_mode
-    return ProtocolSetup(graph, {}, params)
-
-
-CLI_PROTOCOLS = [CLIProtocol("chateval", "ChatEval multi-referee debate", _cli_arguments, _cli_build)]

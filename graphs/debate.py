@@ -24,12 +24,9 @@ from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.debate import (
-    CRITIC_PERSONAS,
-    NO_ISSUE_RULES,
     CriticPersona,
     NoIssueRule,
     make_commander_node,
@@ -113,33 +110,3 @@ def create_debate(
     builder.add_edge("critic", "commander")
     builder.add_edge("finalize", END)
     return builder
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def _cli_arguments(options: Any) -> None:
-    options.add_argument("--critic", choices=tuple(CRITIC_PERSONAS), default="strict",
-                         help="DEBATE: the Critic's persona (default: strict = DEBATE's Devil's Advocate; "
-                              "plain = MultiAgent baseline)")
-    options.add_argument("--max-iterations", type=int, default=DEFAULT_MAX_ITERATIONS,
-                         help=f"DEBATE: n, the most Critic reviews (default {DEFAULT_MAX_ITERATIONS})")
-    options.add_argument("--tie-breaker", action="store_true",
-                         help="DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE")
-    options.add_argument("--no-issue-rule", choices=NO_ISSUE_RULES, default="paper",
-                         help="DEBATE: when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the reply "
-                              "(Algorithm 1, default); strict = the token alone on a line or opening the reply")
-    options.add_argument("--commander-llm", action="store_true",
-                         help="DEBATE: the Commander's model words its request to the Scorer (one more call)")
-
-
-def _cli_build(args: Any) -> ProtocolSetup:
-    graph = create_debate(critic=args.critic, max_iterations=args.max_iterations, tie_breaker=args.tie_breaker,
-                          commander_llm=args.commander_llm, no_issue_rule=args.no_issue_rule)
-    params = {"critic": args.critic, "max_iterations": args.max_iterations, "tie_breaker": args.tie_breaker,
-              "commander_llm": args.commander_llm, "no_issue_rule": args.no_issue_rule}
-    return ProtocolSetup(graph, {}, params)
-
-
-CLI_PROTOCOLS = [CLIProtocol("debate", "DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander",
-                             _cli_arguments, _cli_build)]

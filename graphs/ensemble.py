@@ -17,8 +17,6 @@ from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.graphs.chateval import add_position_argument, paper_positions
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
@@ -59,27 +57,3 @@ def create_ensemble(
     builder.add_edge(nodes, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def _cli_arguments(options: Any) -> None:
-    # same flags and meaning as ChatEval's (the first declaration wins)
-    options.add_argument("--agents", type=int, default=None, help="ChatEval: number of referees (default 2)")
-    options.add_argument("--personas", default=None,
-                         help="ChatEval: comma-separated persona names from the paper, or 'same-role'")
-    options.add_argument("--ensemble-method", choices=("mean", "majority"), default="mean",
-                         help="Ensemble: average each answer's scores (default, the paper) or vote the labels")
-    add_position_argument(options)
-
-
-def _cli_build(args: Any) -> ProtocolSetup:
-    paper_positions(args)
-    graph = create_ensemble(referees=args.agents, personas=args.personas, method=args.ensemble_method)
-    return ProtocolSetup(graph, {}, {"agents": args.agents, "personas": args.personas,
-                                     "method": args.ensemble_method})
-
-
-CLI_PROTOCOLS = [CLIProtocol("ensemble", "Multi-Agent (Ensemble) baseline: one independent referee per persona, "
-                             "no discussion", _cli_arguments, _cli_build)]

@@ -7,10 +7,9 @@ from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
-from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, Estimator, make_form_filling_node
+from jurygraph.nodes.geval import Estimator, make_form_filling_node
 
 
 def create_geval(
@@ -64,40 +63,3 @@ def _one_evaluator(node: Any, name: str, state_schema: type[Any], context_schema
     builder.add_edge(START, name)
     builder.add_edge(name, END)
     return builder
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def _cli_arguments(options: Any) -> None:
-    options.add_argument("--samples", type=int, default=None,
-                         help="number of samples n (G-Eval/Analyze-Rate: default 20)")
-    options.add_argument("--estimator", choices=ESTIMATORS, default="samples",
-                         help="G-Eval/Analyze-Rate expected score: mean of n samples (default) or "
-                              "probability-weighted from the score token's log-probabilities")
-    options.add_argument("--sample-temperature", type=float, default=1.0,
-                         help="G-Eval/Analyze-Rate: temperature of the n samples (default 1, as in the papers)")
-    options.add_argument("--fluency-scale", type=int, choices=FLUENCY_SCALES, default=3,
-                         help="G-Eval/Analyze-Rate on SummEval fluency: 3 = G-Eval's released 1-3 prompt (default), "
-                              "5 = the project's 1-5 variant")
-
-
-def _cli_build_for(style: str) -> Any:
-    def build(args: Any) -> ProtocolSetup:
-        n = args.samples or 20
-        factory = create_geval if style == "geval" else create_analyze_rate
-        graph = factory(estimator=args.estimator, n=n, temperature=args.sample_temperature,
-                        fluency_scale=args.fluency_scale)
-        return ProtocolSetup(graph, {}, {"samples": n, "estimator": args.estimator,
-                                         "temperature": args.sample_temperature,
-                                         "fluency_scale": args.fluency_scale})
-
-    return build
-
-
-CLI_PROTOCOLS = [
-    CLIProtocol("geval", "G-Eval: chain-of-thought form filling, expected score", _cli_arguments,
-                _cli_build_for("geval")),
-    CLIProtocol("analyze-rate", "Analyze-Rate: G-Eval's prompt with an analysis before the rating",
-                _cli_arguments, _cli_build_for("analyze-rate")),
-]

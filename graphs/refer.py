@@ -29,10 +29,9 @@ from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import JuryState
-from jurygraph.llm.models import JuryContext, ModelSpec
+from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.refer import FEEDBACK_MODES, Peer, make_area_chair_node, make_peer_node, template_for
 
 Variant = Literal["turbo", "lite"]
@@ -120,46 +119,3 @@ def create_refer(
     builder.add_edge([p.name for p in panel], AREA_CHAIR)  # the barrier: the area chair waits for every peer
     builder.add_edge(AREA_CHAIR, END)
     return builder
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def _cli_arguments(options: Any) -> None:
-    options.add_argument("--peers", default=None, metavar="SPEC,SPEC,...",
-                         help="ReFeR: one model spec per peer (K = their number; default 3 peers using --model)")
-    options.add_argument("--area-chair", default=None, metavar="SPEC", help="ReFeR: the area chair's model spec")
-    options.add_argument("--variant", choices=VARIANTS, default="turbo",
-                         help="ReFeR: turbo (area chair samples n, default 20) or lite (n = 1)")
-    options.add_argument("--samples", type=int, default=None,
-                         help="number of samples n (ReFeR-Turbo's area chair: default 20)")
-    options.add_argument("--lite-from-turbo", action="store_true",
-                         help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (the released scripts) "
-                              "instead of its own n = 1 request (the paper)")
-    options.add_argument("--feedback", choices=FEEDBACK_MODES, default="score",
-                         help="ReFeR: what peers pass to the area chair (default: score, the paper's best)")
-    options.add_argument("--refer-template", default=None,
-                         help="ReFeR: a named prompt pair (e.g. aqua, bbh_du, csqa, gsm8k, icqd, agiqa)")
-    options.add_argument("--prompt-file", default=None,
-                         help="ReFeR: a prompt file (e.g. from `jurygraph autoprompt`) for peers and area chair")
-
-
-def _cli_build(args: Any) -> ProtocolSetup:
-    specs = [s.strip() for s in (args.peers or "").split(",") if s.strip()]
-    base_url = getattr(args, "base_url", None)
-    graph = create_refer(peers=len(specs) or 3, variant=args.variant,
-                         samples=None if args.variant == "lite" and args.samples in (None, 1) else args.samples,
-                         feedback=args.feedback, template=args.refer_template, prompt_file=args.prompt_file,
-                         lite_from_turbo=args.lite_from_turbo)
-    models: dict[str, Any] = {f"peer_{i}": ModelSpec.parse(spec, base_url=base_url)
-                              for i, spec in enumerate(specs, 1)}
-    if args.area_chair:
-        models[AREA_CHAIR] = ModelSpec.parse(args.area_chair, base_url=base_url)
-    params = {"peers": len(specs) or 3, "variant": args.variant,
-              "samples": variant_samples(args.variant, args.samples if args.variant == "turbo" else None),
-              "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
-              "lite_from_turbo": args.lite_from_turbo}
-    return ProtocolSetup(graph, models, params)
-
-
-CLI_PROTOCOLS = [CLIProtocol("refer", "ReFeR: peer reviewers and an area chair", _cli_arguments, _cli_build)]

@@ -16,8 +16,6 @@ from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.cli.protocols import CLIProtocol, ProtocolSetup
-from jurygraph.graphs.chateval import add_position_argument, paper_positions
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
@@ -47,15 +45,3 @@ def create_single_agent(
     builder.add_edge(node, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def _cli_build(args: Any) -> ProtocolSetup:
-    paper_positions(args)
-    return ProtocolSetup(create_single_agent(), {}, {})
-
-
-CLI_PROTOCOLS = [CLIProtocol("single", "Single-Agent baseline: one referee, ChatEval's single-agent prompt "
-                             "(released code; no history, role or referee lines)", add_position_argument, _cli_build)]

@@ -19,7 +19,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.judging.aggregation import aggregate
-from jurygraph.judging.aspects import BENCHMARK_ASPECTS, get_aspect
+from jurygraph.judging.aspects import get_aspect
+from jurygraph.judging.benchmarks import canonical
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item
 from jurygraph.judging.judgments import Judgment, Verdict
@@ -131,7 +132,7 @@ def _template_for(item: EvalItem, template: str | None, prompt_file: str | Path 
     if template is not None:
         return ReferTemplate.named(template)
     table = load_json("refer/templates")
-    dataset = BENCHMARK_ASPECTS.get(item.dataset or "", item.dataset or "")
+    dataset = canonical(item.dataset) or item.dataset or ""
     for key in (f"{dataset}/{item.aspect}", dataset):
         if key in table and not key.startswith("_") and key != "custom":
             return ReferTemplate.named(key)

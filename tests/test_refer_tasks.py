@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from jurygraph import EvalItem, JuryContext, ModelSpec, create_refer, judgments_of, verdict_of
-from jurygraph.judging.reasoning import agreement, normalize_answer, options_from_question, reasoning_report
+from jurygraph.judging.reasoning import agreement, normalize_answer, options_from_question
+from jurygraph.measuring.reasoning import reasoning_report
 from jurygraph.nodes.refer import Peer, make_peer_node, template_for
 from jurygraph.testing import FakeJudge
 from jurygraph.testing.fake_server import prompt_of

@@ -20,7 +20,8 @@ from jurygraph.running.datasets import DatasetError, load_dataset
 from jurygraph.running.runner import MANIFEST, RunSummary, read_results, run
 
 COMMAND_MODULES: list[str] = [
-    "jurygraph.cli.demo", "jurygraph.cli.bench", "jurygraph.cli.autoprompt", "jurygraph.judging.reasoning",
+    "jurygraph.cli.demo", "jurygraph.cli.bench", "jurygraph.cli.metaeval", "jurygraph.cli.autoprompt",
+    "jurygraph.cli.reasoning_report",
 ]
 
 # what a resumed run takes from its manifest instead of the command line

@@ -1,4 +1,4 @@
-"""``jurygraph bench`` and ``jurygraph metaeval``: agreement with humans, in the papers' tables.
+"""``jurygraph bench``: agreement with humans of several methods on a benchmark, in the papers' tables.
 
 ``bench`` runs a chosen set of methods (protocol + options + models, each given as the ``eval``
 options it would take) over a benchmark, and/or reads finished runs, then prints and writes the
@@ -12,33 +12,26 @@ Each method's runs go to ``OUT/runs/<method>/<aspect>/`` (a normal run directory
 bench resumes them, nothing is paid twice). ``OUT`` also gets ``table.txt``, ``table.md``,
 ``table.csv``, ``results.csv`` (every number in long form), ``details.csv`` and PNG plots.
 
-``metaeval RUN_DIR`` computes the same for one finished run (or the run directories below it).
+``jurygraph metaeval RUN_DIR`` (:mod:`jurygraph.cli.metaeval`) computes the same for finished runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jurygraph.cli.protocols import ProtocolSetup
+from jurygraph.cli.app import add_model_arguments, context_from_args, key_values
+from jurygraph.cli.metaeval import common_options, evaluate, finish, slug
+from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
+from jurygraph.judging.benchmarks import canonical
 from jurygraph.judging.items import TaskKind
 from jurygraph.llm.models import JuryContext
-from jurygraph.measuring.metaeval import Level, MethodResult, evaluate_records, run_name, run_records
-from jurygraph.measuring.metrics import STATISTICS
-from jurygraph.measuring.tables import (
-    comparison_table,
-    correlation_table,
-    detail_table,
-    distribution_table,
-    label_table,
-    results_csv,
-)
+from jurygraph.measuring.metaeval import run_records
 from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
 from jurygraph.running.runner import arun, read_results
 
@@ -46,14 +39,10 @@ DEFAULT_ASPECTS = {"summeval": ["coherence", "consistency", "fluency", "relevanc
                    "topical-chat": ["naturalness", "coherence", "engagingness", "groundedness"]}
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "method"
-
-
 def datasets_for(name: str, aspects: Sequence[str] | None, *, task: str | None = None,
                  mapping: dict[str, str] | None = None, limit: int | None = None) -> dict[str, Dataset]:
     """The benchmark's items per aspect (one dataset for pairwise/choice benchmarks, key "")."""
-    key = "topical-chat" if name == "topical_chat" else name
+    key = canonical(name) or name
     chosen: list[str | None] = list(aspects) if aspects else list(DEFAULT_ASPECTS.get(key, [None]))
     out: dict[str, Dataset] = {}
     for aspect in chosen:
@@ -74,7 +63,7 @@ async def run_method(name: str, setup: ProtocolSetup, context: JuryContext, data
     A run directory that already holds results is resumed (finished items are kept)."""
     records: list[dict[str, Any]] = []
     for aspect, dataset in datasets.items():
-        run_dir = out / "runs" / _slug(name) / (aspect or dataset.name)
+        run_dir = out / "runs" / slug(name) / (aspect or dataset.name)
         await arun(setup.graph, dataset.items, out_dir=run_dir, context=context, concurrency=concurrency,
                    resume=True, progress=progress,
                    manifest={**(manifest or {}), "method": name, "protocol": setup.params.get("protocol"),
@@ -84,56 +73,11 @@ async def run_method(name: str, setup: ProtocolSetup, context: JuryContext, data
     return records
 
 
-def report(methods: Sequence[MethodResult], out: Path | None = None, *, statistics: Sequence[str] | None = None,
-           plots: bool = True, plot_statistic: str = "spearman") -> str:
-    """The tables as text (returned); with ``out``, also written as text/Markdown/CSV, plus PNG plots."""
-    texts: list[str] = []
-    markdown: list[str] = []
-    scored = [m for m in methods if m.aspects]
-    labelled = [m for m in methods if m.labels is not None]
-    tables = []
-    if scored:
-        tables.append(("table", correlation_table(scored, statistics)))
-    if labelled:
-        tables.append(("table" if not scored else "pairwise", label_table(labelled)))
-    details = detail_table(methods)
-    for _, table in [*tables, ("details", details)]:
-        texts.append(table.text())
-        markdown.append(table.markdown())
-    if out is None:
-        return "\n\n".join(texts)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, table in [*tables, ("details", details)]:
-        (out / f"{name}.csv").write_text(table.csv(), encoding="utf-8")
-    (out / "table.txt").write_text("\n\n".join(texts) + "\n", encoding="utf-8")
-    (out / "table.md").write_text("\n\n".join(markdown) + "\n", encoding="utf-8")
-    (out / "results.csv").write_text(results_csv(methods), encoding="utf-8")
-    for method in scored:
-        dist = distribution_table(method)
-        (out / f"distribution_{_slug(method.name)}.csv").write_text(dist.csv(), encoding="utf-8")
-        texts.append(dist.text())
-    if plots:
-        from jurygraph.measuring import plots as figures
-
-        written = []
-        if scored:
-            written.append(figures.plot_aspect_bars(scored, out / f"aspects_{plot_statistic}.png", plot_statistic))
-            for method in scored:
-                written.append(figures.plot_score_distribution(method, out / f"distribution_{_slug(method.name)}.png"))
-        for method in labelled:
-            written.append(figures.plot_confusion(method, out / f"confusion_{_slug(method.name)}.png"))
-        texts.append("plots: " + ", ".join(str(p) for p in written))
-    return "\n\n".join(texts)
-
-
 # --- command line --------------------------------------------------------------------------------
 
 
 def _method_parser() -> argparse.ArgumentParser:
     """What a ``--method NAME=ARGS`` may say: the protocol options and model options of ``eval``."""
-    from jurygraph.cli.app import add_model_arguments
-    from jurygraph.cli.protocols import add_protocol_arguments
-
     parser = argparse.ArgumentParser(prog="--method", add_help=False, exit_on_error=False)
     add_protocol_arguments(parser)
     add_model_arguments(parser)
@@ -148,22 +92,6 @@ def _pairs(values: Sequence[str] | None, what: str) -> list[tuple[str, str]]:
             raise ValueError(f"{what} must be NAME=..., got {value!r}")
         pairs.append((name.strip(), rest.strip()))
     return pairs
-
-
-def _common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--level", choices=("pooled", "grouped"),
-                        help="correlation level (default: SummEval grouped = summary-level, else pooled); "
-                             "grouped on Topical-Chat = DEBATE's per-context average")
-    parser.add_argument("--stats", help="statistics in the table, e.g. spearman,kendall (default: the paper's)")
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000; 0 = no CI)")
-    parser.add_argument("--confidence", type=float, default=0.95, help="CI level (default 0.95)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--out", help="write tables (txt, md, csv) and PNG plots to this directory")
-    parser.add_argument("--no-plots", action="store_true", help="no PNG plots")
-    parser.add_argument("--compare", action="append", metavar="A,B",
-                        help="paired tests of method A against method B on the items both judged (repeatable)")
-    parser.add_argument("--compare-stat", default="spearman", choices=("pearson", "spearman", "kendall"),
-                        help="statistic the paired tests compare (default spearman)")
 
 
 def add_command(commands: Any) -> None:
@@ -181,61 +109,11 @@ def add_command(commands: Any) -> None:
     bench.add_argument("--limit", type=int, help="judge only the first N items of each aspect")
     bench.add_argument("--concurrency", type=int, default=8)
     bench.add_argument("--quiet", action="store_true", help="no progress bars")
-    _common_options(bench)
+    common_options(bench)
     bench.set_defaults(handler=cmd_bench)
-
-    meta = commands.add_parser("metaeval", help="agreement with humans of a finished run (RUN_DIR/results.jsonl)")
-    meta.add_argument("run_dir", nargs="+", help="run directories; each is one method (NAME=DIR to name it)")
-    _common_options(meta)
-    meta.set_defaults(handler=cmd_metaeval)
-
-
-def _evaluate(named_records: Sequence[tuple[str, list[dict[str, Any]]]],
-              args: argparse.Namespace) -> list[MethodResult]:
-    level: Level | None = args.level
-    return [evaluate_records(records, name, level=level, resamples=args.resamples, confidence=args.confidence,
-                             seed=args.seed) for name, records in named_records]
-
-
-def _finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
-    for method in methods:
-        if not method.aspects and method.labels is None:
-            print(f"jurygraph: {method.name}: no scored or labelled records", file=sys.stderr)
-            return 2
-    statistics = [s.strip() for s in args.stats.split(",")] if args.stats else None
-    unknown = [s for s in statistics or [] if s not in STATISTICS]
-    if unknown:
-        raise ValueError(f"--stats: unknown {', '.join(unknown)}; choose from {', '.join(STATISTICS)}")
-    out = Path(args.out) if args.out else None
-    print(report(methods, out, statistics=statistics, plots=bool(args.out) and not args.no_plots))
-    by_name = {m.name: m for m in methods}
-    for k, pair in enumerate(args.compare or []):
-        names = [n.strip() for n in pair.split(",")]
-        if len(names) != 2 or any(n not in by_name for n in names):
-            raise ValueError(f"--compare {pair!r}: give two method names out of {', '.join(by_name)}")
-        table = comparison_table(by_name[names[0]], by_name[names[1]], args.compare_stat,
-                                 resamples=args.resamples or 1000, seed=args.seed)
-        print("\n" + table.text())
-        if out is not None:
-            (out / f"compare_{k + 1}_{_slug(names[0])}_vs_{_slug(names[1])}.csv").write_text(table.csv(),
-                                                                                              encoding="utf-8")
-    return 0
-
-
-def cmd_metaeval(args: argparse.Namespace) -> int:
-    named = []
-    for entry in args.run_dir:
-        name, sep, path = entry.partition("=")
-        if not sep:
-            name, path = run_name(entry), entry
-        named.append((name, run_records(path)))
-    return _finish(_evaluate(named, args), args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from jurygraph.cli.app import context_from_args, key_values
-    from jurygraph.cli.protocols import build_protocol
-
     methods = _pairs(args.method, "--method")
     finished = _pairs(args.runs, "--runs")
     if not methods and not finished:
@@ -275,4 +153,4 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 130
     named += [(name, run_records(path)) for name, path in finished]
-    return _finish(_evaluate(named, args), args)
+    return finish(evaluate(named, args), args)

@@ -1,31 +1,37 @@
-"""The protocols the command line knows, and how command-line options become a graph and its models.
+"""The protocols the command line knows, as one declarative table: each option is declared once (in
+``OPTIONS``), each protocol (in ``PROTOCOLS``) names the options it reads and how they become its graph and
+models. Graph modules stay pure factories: nothing here is imported by them.
 
-Each protocol module exposes ``CLI_PROTOCOLS`` (a list of :class:`CLIProtocol`) and may expose
-``CLI_WRAPPERS`` (functions that wrap any protocol's graph, e.g. position calibration; a wrapper with an
-``add_arguments(options)`` method declares its own options). Add a module to
-``MODULES`` to make its protocols available to ``jurygraph eval`` and ``jurygraph draw``.
+``--calibrate`` wraps whichever pairwise protocol was chosen (:func:`calibrate_setup`); ChatEval and its
+baselines judge pairwise data in both orders by default, as ChatEval's position calibration
+(:func:`paper_positions`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from langgraph.graph import StateGraph
 
-MODULES = [
-    "jurygraph.graphs.chateval",
-    "jurygraph.graphs.debate",
-    "jurygraph.graphs.refer",
-    "jurygraph.graphs.single",
-    "jurygraph.graphs.ensemble",
-    "jurygraph.graphs.geval",
-    "jurygraph.graphs.calibration",
-]
+from jurygraph.graphs.calibration import MODES, calibrate
+from jurygraph.graphs.chateval import STRATEGIES, create_chateval
+from jurygraph.graphs.debate import DEFAULT_MAX_ITERATIONS, create_debate
+from jurygraph.graphs.ensemble import create_ensemble
+from jurygraph.graphs.faireval import create_faireval
+from jurygraph.graphs.geval import create_analyze_rate, create_geval
+from jurygraph.graphs.refer import AREA_CHAIR, VARIANTS, create_refer, variant_samples
+from jurygraph.graphs.single import create_single_agent
+from jurygraph.judging.aggregation import AGGREGATE_METHODS
+from jurygraph.judging.benchmarks import task_of
+from jurygraph.judging.items import TaskKind
+from jurygraph.llm.models import ModelSpec
+from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES
+from jurygraph.nodes.discussion import SUMMARY_MODES
+from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES
+from jurygraph.nodes.refer import FEEDBACK_MODES
 
 
 @dataclass
@@ -38,60 +44,242 @@ class ProtocolSetup:
 
 
 @dataclass(frozen=True)
-class CLIProtocol:
-    name: str
+class Option:
+    """One command-line option: its flag and ``argparse`` keywords (``help`` names the protocols that read it)."""
+
+    flag: str
+    kwargs: dict[str, Any]
+
+
+def option(flag: str, **kwargs: Any) -> Option:
+    return Option(flag, kwargs)
+
+
+# every protocol option, in the order `eval --help` shows them; each declared once
+OPTIONS: list[Option] = [
+    option("--strategy", choices=STRATEGIES, default="one-by-one",
+           help="ChatEval communication strategy (default: one-by-one)"),
+    option("--agents", type=int, default=None, help="ChatEval (and Ensemble): number of referees (default 2)"),
+    option("--personas", default=None,
+           help="ChatEval (and Ensemble): comma-separated persona names from the paper, or 'same-role'"),
+    option("--turns", type=int, default=2, help="ChatEval: discussion turns (default 2)"),
+    option("--summary-mode", choices=SUMMARY_MODES, default="append",
+           help="ChatEval summarizer: append the round summary (Algorithm 3, arXiv; default), replace the history "
+                "(ICLR), or code: raw messages plus each referee's running summary (the released code)"),
+    option("--aggregate", choices=AGGREGATE_METHODS, default="average",
+           help="ChatEval pairwise verdict: compare each assistant's average score over the referees (default, "
+                "the paper) or a majority vote of their labels"),
+    option("--no-calibrate", action="store_true",
+           help="chateval/single/ensemble on pairwise data: judge one order only (default: both orders, "
+                "--calibrate bpc, as ChatEval's position calibration)"),
+    option("--critic", choices=tuple(CRITIC_PERSONAS), default="strict",
+           help="DEBATE: the Critic's persona (default: strict = DEBATE's Devil's Advocate; plain = MultiAgent "
+                "baseline)"),
+    option("--max-iterations", type=int, default=DEFAULT_MAX_ITERATIONS,
+           help=f"DEBATE: n, the most Critic reviews (default {DEFAULT_MAX_ITERATIONS})"),
+    option("--tie-breaker", action="store_true",
+           help="DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE"),
+    option("--no-issue-rule", choices=NO_ISSUE_RULES, default="paper",
+           help="DEBATE: when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the reply (Algorithm 1, "
+                "default); strict = the token alone on a line or opening the reply"),
+    option("--commander-llm", action="store_true",
+           help="DEBATE: the Commander's model words its request to the Scorer (one more call)"),
+    option("--peers", default=None, metavar="SPEC,SPEC,...",
+           help="ReFeR: one model spec per peer (K = their number; default 3 peers using --model)"),
+    option("--area-chair", default=None, metavar="SPEC", help="ReFeR: the area chair's model spec"),
+    option("--variant", choices=VARIANTS, default="turbo",
+           help="ReFeR: turbo (area chair samples n, default 20) or lite (n = 1)"),
+    option("--samples", type=int, default=None,
+           help="number of samples n (ReFeR-Turbo's area chair: default 20; G-Eval/Analyze-Rate: default 20)"),
+    option("--lite-from-turbo", action="store_true",
+           help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (the released scripts) instead of "
+                "its own n = 1 request (the paper)"),
+    option("--feedback", choices=FEEDBACK_MODES, default="score",
+           help="ReFeR: what peers pass to the area chair (default: score, the paper's best)"),
+    option("--refer-template", default=None,
+           help="ReFeR: a named prompt pair (e.g. aqua, bbh_du, csqa, gsm8k, icqd, agiqa)"),
+    option("--prompt-file", default=None,
+           help="ReFeR: a prompt file (e.g. from `jurygraph autoprompt`) for peers and area chair"),
+    option("--ensemble-method", choices=("mean", "majority"), default="mean",
+           help="Ensemble: average each answer's scores (default, the paper) or vote the labels"),
+    option("--estimator", choices=ESTIMATORS, default="samples",
+           help="G-Eval/Analyze-Rate expected score: mean of n samples (default) or probability-weighted from "
+                "the score token's log-probabilities"),
+    option("--sample-temperature", type=float, default=1.0,
+           help="G-Eval/Analyze-Rate: temperature of the n samples (default 1, as in the papers)"),
+    option("--fluency-scale", type=int, choices=FLUENCY_SCALES, default=3,
+           help="G-Eval/Analyze-Rate on SummEval fluency: 3 = G-Eval's released 1-3 prompt (default), 5 = the "
+                "project's 1-5 variant"),
+    option("--calibrate", choices=MODES, default=None,
+           help="pairwise tasks: FairEval's balanced position calibration (bpc), multiple evidence calibration "
+                "(mec) or both, around the chosen protocol"),
+    option("--mec-k", type=int, default=3, help="MEC: evidence samples per order (default 3)"),
+    option("--mec-temperature", type=float, default=1.0, help="MEC: temperature of the evidence samples (default 1)"),
+    option("--calibration-baseline", choices=("faireval", "chateval"), default="faireval",
+           help="--protocol single with --calibrate: faireval = FairEval's own evaluator prompt, k reviews in one "
+                "request (default, the papers' baseline); chateval = wrap ChatEval's single-agent graph"),
+]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A protocol on the command line: its help, how its options become a graph, what it judges.
+
+    ``paper_positions``: on pairwise data, judge both orders by default (ChatEval's position calibration).
+    ``own_calibration``: what ``--calibrate`` runs instead of wrapping the protocol's graph (the single
+    agent's: FairEval's own evaluator, unless ``--calibration-baseline chateval``)."""
+
     help: str
-    add_arguments: Callable[[Any], None]
     build: Callable[[argparse.Namespace], ProtocolSetup]
+    pairwise: bool = True
+    paper_positions: bool = False
+    own_calibration: Callable[[ProtocolSetup, str, argparse.Namespace], ProtocolSetup] | None = None
 
 
-Wrapper = Callable[[ProtocolSetup, argparse.Namespace], ProtocolSetup]
+def _chateval(args: argparse.Namespace) -> ProtocolSetup:
+    graph = create_chateval(referees=args.agents, personas=args.personas, turns=args.turns,
+                            strategy=args.strategy, summary_mode=args.summary_mode, aggregate=args.aggregate)
+    params = {"strategy": args.strategy, "agents": args.agents, "personas": args.personas, "turns": args.turns,
+              "aggregate": args.aggregate}
+    if args.strategy == "summarizer":
+        params["summary_mode"] = args.summary_mode
+    return ProtocolSetup(graph, {}, params)
 
 
-@cache
-def registry() -> tuple[dict[str, CLIProtocol], list[Wrapper]]:
-    protocols: dict[str, CLIProtocol] = {}
-    wrappers: list[Wrapper] = []
-    for module_name in MODULES:
-        module = importlib.import_module(module_name)
-        for protocol in getattr(module, "CLI_PROTOCOLS", []):
-            protocols[protocol.name] = protocol
-        wrappers.extend(getattr(module, "CLI_WRAPPERS", []))
-    return protocols, wrappers
+def _debate(args: argparse.Namespace) -> ProtocolSetup:
+    params = {"critic": args.critic, "max_iterations": args.max_iterations, "tie_breaker": args.tie_breaker,
+              "commander_llm": args.commander_llm, "no_issue_rule": args.no_issue_rule}
+    return ProtocolSetup(create_debate(**params), {}, params)
 
 
-class SharedOptions:
-    """An argument group where protocols may declare the same option (e.g. ``--samples``): first one wins."""
+def _refer(args: argparse.Namespace) -> ProtocolSetup:
+    specs = [s.strip() for s in (args.peers or "").split(",") if s.strip()]
+    base_url = getattr(args, "base_url", None)
+    graph = create_refer(peers=len(specs) or 3, variant=args.variant,
+                         samples=None if args.variant == "lite" and args.samples in (None, 1) else args.samples,
+                         feedback=args.feedback, template=args.refer_template, prompt_file=args.prompt_file,
+                         lite_from_turbo=args.lite_from_turbo)
+    models: dict[str, Any] = {f"peer_{i}": ModelSpec.parse(spec, base_url=base_url)
+                              for i, spec in enumerate(specs, 1)}
+    if args.area_chair:
+        models[AREA_CHAIR] = ModelSpec.parse(args.area_chair, base_url=base_url)
+    params = {"peers": len(specs) or 3, "variant": args.variant,
+              "samples": variant_samples(args.variant, args.samples if args.variant == "turbo" else None),
+              "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
+              "lite_from_turbo": args.lite_from_turbo}
+    return ProtocolSetup(graph, models, params)
 
-    def __init__(self, group: Any) -> None:
-        self._group = group
-        self._seen: set[str] = set()
-        self.dests: list[str] = []
 
-    def add_argument(self, *flags: str, **kwargs: Any) -> None:
-        if any(flag in self._seen for flag in flags):
-            return
-        self._seen.update(flags)
-        self.dests.append(self._group.add_argument(*flags, **kwargs).dest)
+def _single(args: argparse.Namespace) -> ProtocolSetup:
+    return ProtocolSetup(create_single_agent(), {}, {})
+
+
+def _ensemble(args: argparse.Namespace) -> ProtocolSetup:
+    graph = create_ensemble(referees=args.agents, personas=args.personas, method=args.ensemble_method)
+    return ProtocolSetup(graph, {}, {"agents": args.agents, "personas": args.personas,
+                                     "method": args.ensemble_method})
+
+
+def _form_filling(factory: Callable[..., StateGraph]) -> Callable[[argparse.Namespace], ProtocolSetup]:
+    def build(args: argparse.Namespace) -> ProtocolSetup:
+        n = args.samples or 20
+        graph = factory(estimator=args.estimator, n=n, temperature=args.sample_temperature,
+                        fluency_scale=args.fluency_scale)
+        return ProtocolSetup(graph, {}, {"samples": n, "estimator": args.estimator,
+                                         "temperature": args.sample_temperature,
+                                         "fluency_scale": args.fluency_scale})
+
+    return build
+
+
+def _faireval_baseline(setup: ProtocolSetup, mode: str, args: argparse.Namespace) -> ProtocolSetup:
+    """FairEval's calibrated single evaluator (FairEval.py): its own prompt, k reviews per order in ONE
+    request at temperature 1, max_tokens 512; k = 1 without MEC, as ``FairEval.py -k 1``."""
+    if args.calibration_baseline != "faireval":
+        return calibrate_setup(setup, mode, args, baseline="chateval")
+    k = args.mec_k if "mec" in mode else 1
+    graph = create_faireval(k=k, bpc="bpc" in mode, params={"temperature": args.mec_temperature, "max_tokens": 512})
+    params = {**setup.params, "calibrate": mode, "calibration_baseline": "faireval", "mec_k": k,
+              "mec_temperature": args.mec_temperature}
+    return ProtocolSetup(graph, setup.models, params)
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True),
+    "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate),
+    "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer),
+    "single": Protocol("Single-Agent baseline: one referee, ChatEval's single-agent prompt (released code; no "
+                       "history, role or referee lines)", _single, paper_positions=True,
+                       own_calibration=_faireval_baseline),
+    "ensemble": Protocol("Multi-Agent (Ensemble) baseline: one independent referee per persona, no discussion",
+                         _ensemble, paper_positions=True),
+    "geval": Protocol("G-Eval: chain-of-thought form filling, expected score", _form_filling(create_geval),
+                      pairwise=False),
+    "analyze-rate": Protocol("Analyze-Rate: G-Eval's prompt with an analysis before the rating",
+                             _form_filling(create_analyze_rate), pairwise=False),
+}
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
-    protocols, wrappers = registry()
-    parser.add_argument("--protocol", choices=sorted(protocols), default="chateval",
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="chateval",
                         help="which protocol (default: chateval)")
-    options = SharedOptions(parser.add_argument_group("protocol options"))
-    for protocol in protocols.values():
-        protocol.add_arguments(options)
-    for wrap in wrappers:
-        getattr(wrap, "add_arguments", lambda options: None)(options)
+    group = parser.add_argument_group("protocol options")
+    dests = [group.add_argument(spec.flag, **spec.kwargs).dest for spec in OPTIONS]
     # remembered so a run's manifest can record, and --resume restore, exactly the protocol's options
-    parser.set_defaults(protocol_dests=options.dests)
+    parser.set_defaults(protocol_dests=dests)
+
+
+def _task(args: argparse.Namespace) -> str | None:
+    """The task kind of the run's data when it is known: ``--task``, or a built-in dataset's."""
+    return getattr(args, "task", None) or task_of(getattr(args, "dataset", None))
+
+
+def paper_positions(args: argparse.Namespace) -> None:
+    """ChatEval "employ[s] position calibration techniques in both single-agent and multi-agent settings"
+    (§3.2): each pairwise item is judged in both orders and the scores combined, as its scoring script sums
+    each assistant's scores over the referees and both orders. So on a pairwise dataset the command line of
+    ``chateval``, ``single`` and ``ensemble`` applies FairEval's BPC (``--calibrate bpc``) unless another
+    calibration is asked for or ``--no-calibrate`` keeps one order. The task must be known: a built-in
+    dataset or ``--task pairwise``; a factory called from Python is never wrapped."""
+    if _task(args) == TaskKind.PAIRWISE and getattr(args, "calibrate", None) is None \
+            and not getattr(args, "no_calibrate", False):
+        args.calibrate = "bpc"
+        # the protocol's OWN graph calibrated, not the baseline --calibrate alone would run instead
+        if PROTOCOLS[args.protocol].own_calibration is not None:
+            args.calibration_baseline = "chateval"
+
+
+def calibrate_setup(setup: ProtocolSetup, mode: str, args: argparse.Namespace, *,
+                    baseline: str | None = None) -> ProtocolSetup:
+    """``--calibrate {bpc,mec,bpc+mec}``: the chosen protocol's graph wrapped with :func:`calibrate`."""
+    graph = calibrate(setup.graph, mode, k=args.mec_k, temperature=args.mec_temperature)
+    params = {**setup.params, "calibrate": mode}
+    if baseline is not None:
+        params["calibration_baseline"] = baseline
+    if "mec" in mode:
+        params.update(mec_k=args.mec_k, mec_temperature=args.mec_temperature)
+    return ProtocolSetup(graph, setup.models, params)
+
+
+def _calibrated(setup: ProtocolSetup, protocol: Protocol, args: argparse.Namespace) -> ProtocolSetup:
+    mode = getattr(args, "calibrate", None)
+    if not mode:
+        return setup
+    if not protocol.pairwise:
+        raise ValueError(f"--calibrate {mode} wraps pairwise protocols; {args.protocol} rates single texts")
+    task = _task(args)
+    if task is not None and task != TaskKind.PAIRWISE:
+        raise ValueError(f"--calibrate {mode} needs a pairwise dataset (e.g. faireval); "
+                         f"{getattr(args, 'dataset', None) or 'this dataset'} holds {task} items")
+    if protocol.own_calibration is not None:
+        return protocol.own_calibration(setup, mode, args)
+    return calibrate_setup(setup, mode, args)
 
 
 def build_protocol(args: argparse.Namespace) -> ProtocolSetup:
-    protocols, wrappers = registry()
-    setup = protocols[args.protocol].build(args)
+    protocol = PROTOCOLS[args.protocol]
+    if protocol.paper_positions:
+        paper_positions(args)
+    setup = protocol.build(args)
     setup.params.setdefault("protocol", args.protocol)
-    for wrap in wrappers:
-        setup = wrap(setup, args)
-    return setup
+    return _calibrated(setup, protocol, args)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jurygraph.judging.items import Scale
+from jurygraph.judging.benchmarks import TASKS, canonical
+from jurygraph.judging.items import Scale, TaskKind
 from jurygraph.prompts import load_json
 
-BENCHMARK_ASPECTS = {"summeval": "summeval", "topical-chat": "topical-chat", "topical_chat": "topical-chat"}
+
+def _aspect_table(dataset: str | None) -> str | None:
+    """The name of the benchmark's aspect table (prompts/aspects/<name>.json): its score benchmarks only."""
+    key = canonical(dataset)
+    return key if key is not None and TASKS[key] is TaskKind.SCORE else None
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,7 @@ class Aspect:
 
 def aspects_of(dataset: str) -> list[str]:
     """Names of the aspects a built-in benchmark is annotated with."""
-    key = BENCHMARK_ASPECTS.get(dataset)
+    key = _aspect_table(dataset)
     if key is None:
         raise KeyError(f"no built-in aspects for dataset {dataset!r}; known: summeval, topical-chat")
     return [name for name in load_json(f"aspects/{key}") if not name.startswith("_")]
@@ -29,7 +34,7 @@ def aspects_of(dataset: str) -> list[str]:
 
 def get_aspect(dataset: str | None, name: str) -> Aspect | None:
     """The built-in definition of ``name`` for ``dataset``; None for datasets without built-in aspects."""
-    key = BENCHMARK_ASPECTS.get(dataset or "")
+    key = _aspect_table(dataset)
     if key is None:
         return None
     table = load_json(f"aspects/{key}")
