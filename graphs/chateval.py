@@ -32,6 +32,7 @@ from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod
 from jurygraph.judging.state import JuryState, merge_dicts
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
+from jurygraph.nodes.common import node_id
 from jurygraph.nodes.discussion import (
     SUMMARY_MODES,
     SummaryMode,
@@ -39,7 +40,7 @@ from jurygraph.nodes.discussion import (
     make_summarizer_node,
     merge_buffer,
 )
-from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, make_referee_node, node_id
+from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, make_referee_node
 
 Strategy = Literal["one-by-one", "simultaneous", "summarizer"]
 STRATEGIES: tuple[str, ...] = ("one-by-one", "simultaneous", "summarizer")

@@ -20,7 +20,8 @@ from langgraph.graph import END, START, StateGraph
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas, node_id
+from jurygraph.nodes.common import node_id
+from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas
 from jurygraph.nodes.solo import make_solo_referee_node
 
 EnsembleMethod = Literal["majority", "mean"]

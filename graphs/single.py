@@ -19,7 +19,8 @@ from langgraph.graph import END, START, StateGraph
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.referee import ChatEvalTemplate, node_id
+from jurygraph.nodes.common import node_id
+from jurygraph.nodes.referee import ChatEvalTemplate
 from jurygraph.nodes.solo import SINGLE_AGENT, make_solo_referee_node
 
 

@@ -35,7 +35,7 @@ from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node
-from jurygraph.nodes.referee import render_history
+from jurygraph.nodes.common import render_history
 from jurygraph.prompts import load_prompt, render
 
 COMMANDER, SCORER, CRITIC, TIE_BREAKER = "Commander", "Scorer", "Critic", "Tie-breaker"

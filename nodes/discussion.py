@@ -21,7 +21,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.llm.calls import ModelRequest, agent_node
-from jurygraph.nodes.referee import CHATEVAL_PARAMS, render_history, spoken
+from jurygraph.nodes.common import render_history, spoken
+from jurygraph.nodes.referee import CHATEVAL_PARAMS
 from jurygraph.prompts import load_prompt, render
 
 SummaryMode = Literal["append", "replace", "code"]

@@ -40,7 +40,7 @@ from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_n
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node, current_context
 from jurygraph.llm.models import ResolvedModel
-from jurygraph.nodes.referee import node_id, spoken
+from jurygraph.nodes.common import node_id, spoken
 from jurygraph.prompts import load_prompt, render
 
 Style = Literal["geval", "analyze-rate"]

@@ -9,7 +9,7 @@ evaluation is written into the area chair's prompt.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -279,35 +279,15 @@ def make_peer_node(peer: Peer, choose: TemplateChoice) -> RunnableLambda:
         return {"judgments": {peer.name: judgment.to_state()},
                 "histories": {peer.name: [message, reply.message]}, "transcript": [reply.message]}
 
-    node = agent_node(body, peer.name)
-    # the driver's own sync/async functions, wrapped so a failing model becomes a missing judgment
-    run_sync: Callable[[dict[str, Any]], dict[str, Any]] = node.func  # type: ignore[assignment]
-    run_async: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] = node.afunc  # type: ignore[assignment]
-
     def failed(state: dict[str, Any], err: Exception) -> dict[str, Any]:
+        if isinstance(err, CONFIGURATION_ERRORS):
+            raise err
+        prepare(state)  # a bad item or template is an error, not a failing peer: it is raised
         kind = as_item(state["item"]).task
         reason = f"peer model failed: {type(err).__name__}: {err}"
         return {"judgments": {peer.name: Judgment.missing_for(peer.name, kind, "", reason, 1).to_state()}}
 
-    def guarded_sync(state: dict[str, Any]) -> dict[str, Any]:
-        prepare(state)  # a bad item or template is an error, not a failing peer: raised before the guard
-        try:
-            return run_sync(state)
-        except CONFIGURATION_ERRORS:
-            raise
-        except Exception as err:
-            return failed(state, err)
-
-    async def guarded_async(state: dict[str, Any]) -> dict[str, Any]:
-        prepare(state)
-        try:
-            return await run_async(state)
-        except CONFIGURATION_ERRORS:
-            raise
-        except Exception as err:
-            return failed(state, err)
-
-    return RunnableLambda(guarded_sync, afunc=guarded_async, name=peer.name)
+    return agent_node(body, peer.name, on_failure=failed)
 
 
 def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, samples: int = 20,

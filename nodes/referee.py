@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.judging.aspects import get_aspect
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.llm.calls import ModelRequest, agent_node
+from jurygraph.nodes.common import node_id, render_history, spoken
 from jurygraph.prompts import load_json, load_prompt, render
 
 PERSONA_ORDER = ("General Public", "Critic", "News Author", "Psychologist", "Scientist")
@@ -39,17 +39,6 @@ class Referee:
             known = ", ".join(k for k in table if not k.startswith("_"))
             raise KeyError(f"unknown persona {name!r}; the paper's personas are {known} (or pass a Referee)")
         return cls(name, table[name])
-
-
-def node_id(name: str) -> str:
-    """A code-friendly node name from an agent name: 'General Public' -> 'general_public'."""
-    slug = re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower()
-    return slug or "agent"
-
-
-def render_history(messages: Sequence[BaseMessage]) -> str:
-    """The chat_history slot as the original code fills it: '[speaker]: text' per message."""
-    return "\n".join(f"[{m.name}]: {m.text}" if m.name else m.text for m in messages)
 
 
 @dataclass(frozen=True)
@@ -126,12 +115,6 @@ class ChatEvalTemplate:
 
 
 
-def spoken(message: AIMessage, turn: int) -> AIMessage:
-    """The message as heard by others: the speaker's name and the turn it was said in."""
-    return AIMessage(content=message.text, name=message.name, id=message.id,
-                     additional_kwargs={}, response_metadata={"turn": turn})
-
-
 def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Sequence[str],
                       buffered: bool, template: ChatEvalTemplate | None = None) -> RunnableLambda:
     """A node where ``referee`` speaks at ``turn``.
@@ -187,5 +170,4 @@ def chateval_personas(personas: Sequence[str | Referee] | str | None, n: int | N
     return panel
 
 
-__all__ = ["CHATEVAL_PARAMS", "ChatEvalTemplate", "Referee", "chateval_personas", "make_referee_node", "node_id",
-           "render_history", "spoken"]
+__all__ = ["CHATEVAL_PARAMS", "ChatEvalTemplate", "Referee", "chateval_personas", "make_referee_node"]

@@ -9,7 +9,8 @@ from langchain_core.runnables import RunnableLambda
 
 from jurygraph.judging.items import as_item
 from jurygraph.llm.calls import ModelRequest, agent_node
-from jurygraph.nodes.referee import CHATEVAL_PARAMS, ChatEvalTemplate, Referee, node_id, spoken
+from jurygraph.nodes.common import node_id, spoken
+from jurygraph.nodes.referee import CHATEVAL_PARAMS, ChatEvalTemplate, Referee
 
 SINGLE_AGENT = "Single Agent"
 

@@ -65,14 +65,27 @@ class ModelReply:
 NodeBody = Callable[[dict[str, Any]], Generator[Any, Any, dict[str, Any]]]
 
 
-def agent_node(body: NodeBody, name: str) -> RunnableLambda:
-    """A LangGraph node (sync + async) from a generator body; model usage is added to the update."""
+def agent_node(body: NodeBody, name: str, *,
+               on_failure: Callable[[dict[str, Any], Exception], dict[str, Any]] | None = None) -> RunnableLambda:
+    """A LangGraph node (sync + async) from a generator body; model usage is added to the update.
+    ``on_failure(state, error)``, if given, is the update when the body or a model call raises (it may
+    re-raise: e.g. ReFeR records a failing peer as a missing judgment and goes on)."""
 
     def run_sync(state: dict[str, Any]) -> dict[str, Any]:
-        return _drive_sync(body(state), current_context())
+        try:
+            return _drive_sync(body(state), current_context())
+        except Exception as err:
+            if on_failure is None:
+                raise
+            return on_failure(state, err)
 
     async def run_async(state: dict[str, Any]) -> dict[str, Any]:
-        return await _drive_async(body(state), current_context())
+        try:
+            return await _drive_async(body(state), current_context())
+        except Exception as err:
+            if on_failure is None:
+                raise
+            return on_failure(state, err)
 
     return RunnableLambda(run_sync, afunc=run_async, name=name)
 
