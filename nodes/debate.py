@@ -36,7 +36,7 @@ from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_n
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import render_history
-from jurygraph.prompts import load_prompt, render
+from jurygraph.prompts import load_prompt, render, select_template
 
 COMMANDER, SCORER, CRITIC, TIE_BREAKER = "Commander", "Scorer", "Critic", "Tie-breaker"
 Step = Literal["scorer", "critic", "tie_breaker", "finalize"]
@@ -187,23 +187,21 @@ def frame_task(item: EvalItem, template: str | None = None) -> DebateFrame:
         "source_text": item.source or "", "summary": item.response or "", "conversation": item.source or "",
         "fact": item.context or "", "response": item.response or "",
     }
-    builtin, tie_breaker = "generic", "tie_breaker_generic"
     if aspect is not None and aspect.dataset == "summeval":
         _need(item, "response", "SummEval")
         if aspect.name != "fluency":
             _need(item, "source", "SummEval")
-        builtin, tie_breaker = f"summeval_{aspect.name}", "tie_breaker_summeval"
     elif aspect is not None and aspect.dataset == "topical-chat":
         for field in ("source", "context", "response"):
             _need(item, field, "Topical-Chat")
-        tie_breaker = "tie_breaker_topical_chat"
-        if aspect.name in ("naturalness", "coherence", "engagingness", "groundedness"):
-            builtin = f"topical_chat_{aspect.name}"
-    task = render(template if template is not None else debate_prompt(builtin), **slots)
+    where = {"task": TaskKind.SCORE.value, "dataset": aspect.dataset if aspect else None, "aspect": item.aspect}
+    builtin, tie_breaker = select_template("debate", **where), select_template("debate-tie-breaker", **where)
+    assert builtin is not None and tie_breaker is not None  # the table has a generic one for score items
+    task = render(template if template is not None else load_prompt(builtin), **slots)
     answer_form = render(debate_prompt("answer_form"), **slots)
     title = slots["aspect_title"]
     form = AnswerForm(TaskKind.SCORE, answer_form, scale=scale, labels=(title, f"{title} ({scale})"))
-    return DebateFrame(task, title, scale, answer_form, form, debate_prompt(tie_breaker))
+    return DebateFrame(task, title, scale, answer_form, form, load_prompt(tie_breaker))
 
 
 # --- who speaks next: Algorithm 1 as a routing function ---------------------------------------------

@@ -41,7 +41,7 @@ from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node, current_context
 from jurygraph.llm.models import ResolvedModel
 from jurygraph.nodes.common import node_id, spoken
-from jurygraph.prompts import load_prompt, render
+from jurygraph.prompts import load_prompt, render, select_template
 
 Style = Literal["geval", "analyze-rate"]
 Estimator = Literal["samples", "logprobs"]
@@ -91,7 +91,7 @@ class FormFillingTemplate:
         name = self._name(aspect.dataset if aspect else None, aspect_name)
         template = self.template or self._builtin(item, name, aspect_name)
         # a released prompt states its own scale in its text: the reply is read on that scale (fluency 1-3)
-        scale = RELEASED_SCALES.get(name, scale) if self.template is None else scale
+        scale = RELEASED_SCALES.get(name or "", scale) if self.template is None else scale
         definition = aspect.definition if aspect else ""
         # G-Eval writes the criterion as "Coherence (1-5) - the collective quality ..."
         head, sep, rest = definition.partition(" - ")
@@ -103,19 +103,18 @@ class FormFillingTemplate:
                         evaluation_form=form_text, form_header=form_text.partition("\n")[0])
         return prompt.rstrip(), AnswerForm(TaskKind.SCORE, form_text, scale=scale, labels=(title, aspect_name))
 
-    def _name(self, dataset: str | None, aspect: str) -> str:
-        suffix = "_1to5" if dataset == "summeval" and aspect == "fluency" and self.fluency_scale == 5 else ""
-        return f"geval/{(dataset or '').replace('-', '_')}_{aspect}{suffix}"
+    def _name(self, dataset: str | None, aspect: str) -> str | None:
+        """The built-in prompt's name from the table of templates (the 1-5 fluency variant on request)."""
+        return select_template("geval", task=TaskKind.SCORE.value, dataset=dataset, aspect=aspect,
+                               variant="1to5" if self.fluency_scale == 5 else None)
 
     @staticmethod
-    def _builtin(item: EvalItem, name: str, aspect: str) -> str:
-        try:
-            return load_prompt(name)
-        except FileNotFoundError:
-            message = (f"item {item.id!r}: no G-Eval prompt for aspect {aspect!r} of dataset {item.dataset!r} "
-                       "(built in: SummEval coherence/consistency/fluency/relevance, Topical-Chat coherence/"
-                       "engagingness/groundedness/naturalness); pass template=")
-        raise ValueError(message)
+    def _builtin(item: EvalItem, name: str | None, aspect: str) -> str:
+        if name is None:
+            raise ValueError(f"item {item.id!r}: no G-Eval prompt for aspect {aspect!r} of dataset {item.dataset!r} "
+                             "(built in: SummEval coherence/consistency/fluency/relevance, Topical-Chat coherence/"
+                             "engagingness/groundedness/naturalness); pass template=")
+        return load_prompt(name)
 
 
 # --- reading a reply where the form asks for the score -------------------------------------------------

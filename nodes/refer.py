@@ -27,7 +27,7 @@ from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.judging.reasoning import agreement, format_options, is_correct, options_from_question
 from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
 from jurygraph.llm.models import MissingAPIKey
-from jurygraph.prompts import load_json, load_prompt, load_prompt_file, render
+from jurygraph.prompts import load_json, load_prompt, load_prompt_file, render, select_template
 
 Feedback = Literal["score", "comment", "both"]
 FEEDBACK_MODES: tuple[str, ...] = ("score", "comment", "both")
@@ -131,13 +131,10 @@ def _template_for(item: EvalItem, template: str | None, prompt_file: str | Path 
                                        "option" if item.options else "number")
     if template is not None:
         return ReferTemplate.named(template)
-    table = load_json("refer/templates")
-    dataset = canonical(item.dataset) or item.dataset or ""
-    for key in (f"{dataset}/{item.aspect}", dataset):
-        if key in table and not key.startswith("_") and key != "custom":
-            return ReferTemplate.named(key)
-    if item.task is TaskKind.SCORE:
-        return ReferTemplate.named("generic")
+    key = select_template("refer", task=item.task.value, dataset=canonical(item.dataset) or item.dataset,
+                          aspect=item.aspect)
+    if key is not None:
+        return ReferTemplate.named(key)
     # CSQA's prompt is the least domain-specific of the option prompts; GSM8k's asks for a number
     return ReferTemplate.named("csqa" if item.options or options_from_question(item.question or "") else "gsm8k")
 

@@ -10,12 +10,12 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.judging.aspects import get_aspect
+from jurygraph.judging.aspects import Aspect, get_aspect
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import node_id, render_history, spoken
-from jurygraph.prompts import load_json, load_prompt, render
+from jurygraph.prompts import load_json, load_prompt, render, select_template
 
 PERSONA_ORDER = ("General Public", "Critic", "News Author", "Psychologist", "Scientist")
 FAIREVAL_SCALE = Scale(low=1, high=10)
@@ -62,7 +62,7 @@ class ChatEvalTemplate:
             slots = {"source_text": item.question, "compared_text_one": item.response_1,
                      "compared_text_two": item.response_2}
             scale = item.scale or FAIREVAL_SCALE
-            template = self.template or load_prompt("chateval/single_faireval" if self.single else "chateval/faireval")
+            template = self.template or load_prompt(self._builtin(TaskKind.PAIRWISE, None))
             return template, final, AnswerForm(TaskKind.PAIRWISE, final, scale=scale), slots
         if item.task is TaskKind.SCORE:
             return self._score_frame(item)
@@ -78,22 +78,25 @@ class ChatEvalTemplate:
         scale = item.scale or (aspect.scale if aspect else None)
         assert scale is not None  # EvalItem guarantees a scale for score items
         target = aspect.target if aspect else "response"
-        if aspect and aspect.dataset == "topical-chat":
-            name, source, extra = "chateval/topical_chat", item.source or "", {"fact": item.context or ""}
-        elif aspect and aspect.dataset == "summeval":
-            name, source, extra = "chateval/summeval", item.source or "", {}
+        # a benchmark's template has its own slots for the context (Topical-Chat's fact); the generic one
+        # shows every text the item has as the source
+        if aspect:
+            source, extra = item.source or "", {"fact": item.context or ""}
         else:
-            name = "chateval/score"
-            source = "\n".join(p for p in (item.source, item.context, item.question) if p)
-            extra = {}
-        if self.single:
-            name = name.replace("chateval/", "chateval/single_")
+            source, extra = "\n".join(p for p in (item.source, item.context, item.question) if p), {}
         final = self.final_prompt or render(load_prompt(self._name("final_score")), aspect=aspect_name, target=target)
         slots = {"source_text": source, "generated_text": item.response, "aspect": aspect_name,
                  "aspect_definition": aspect.definition if aspect else "",
                  "scale_low": format_number(scale.low), "scale_high": format_number(scale.high), **extra}
         form = AnswerForm(TaskKind.SCORE, final, scale=scale, labels=(aspect_name, f"the score of the {target}"))
-        return self.template or load_prompt(name), final, form, slots
+        return self.template or load_prompt(self._builtin(TaskKind.SCORE, aspect)), final, form, slots
+
+    def _builtin(self, task: TaskKind, aspect: Aspect | None) -> str:
+        """The built-in template's name for the item, from the table of templates."""
+        name = select_template("chateval-single" if self.single else "chateval", task=task.value,
+                               dataset=aspect.dataset if aspect else None)
+        assert name is not None  # the table has one for every pairwise and score item
+        return name
 
     def build(self, item: EvalItem, referee: Referee | None, history: Sequence[BaseMessage],
               final: bool) -> tuple[str, AnswerForm | None]:

@@ -60,3 +60,16 @@ def render(template: str, /, **slots: object) -> str:
     if missing:
         raise KeyError(f"prompt slot(s) without a value: {', '.join(sorted(missing))}")
     return Template(template).substitute({k: "" if v is None else str(v) for k, v in slots.items()})
+
+
+def select_template(protocol: str, *, task: str, dataset: str | None = None, aspect: str | None = None,
+                    variant: str | None = None) -> str | None:
+    """Which template ``protocol`` judges an item with, from the one table ``prompts/templates.json``: the
+    most specific of ``dataset/aspect/variant``, ``dataset/aspect``, ``dataset``, ``task``, ``*`` it has, or
+    None when it has no built-in template for the item. ``dataset`` is a built-in benchmark's canonical name."""
+    table = load_json("templates")[protocol]
+    keys = [f"{dataset}/{aspect}/{variant}", f"{dataset}/{aspect}"] if dataset and aspect else []
+    for key in [*keys[0 if variant else 1:], *([dataset] if dataset else []), task, "*"]:
+        if key in table:
+            return str(table[key])
+    return None

@@ -1,0 +1,31 @@
+"""The one table that says which template judges an item, for every protocol (prompts/templates.json)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jurygraph.prompts import load_json, load_prompt, select_template
+
+
+@pytest.mark.parametrize("protocol", [p for p in load_json("templates") if not p.startswith("_")])
+def test_every_template_the_table_names_exists(protocol: str) -> None:
+    refer = load_json("refer/templates")
+    for name in load_json("templates")[protocol].values():
+        assert name in refer if protocol == "refer" else load_prompt(name)
+
+
+def test_the_most_specific_key_wins() -> None:
+    assert select_template("geval", task="score", dataset="summeval", aspect="fluency") == "geval/summeval_fluency"
+    assert select_template("geval", task="score", dataset="summeval", aspect="fluency",
+                           variant="1to5") == "geval/summeval_fluency_1to5"
+    assert select_template("geval", task="score", dataset="summeval", aspect="coherence",
+                           variant="1to5") == "geval/summeval_coherence"
+    assert select_template("geval", task="score", dataset="mine", aspect="coherence") is None
+    assert select_template("debate", task="score", dataset="topical-chat", aspect="coherence") == \
+        "debate/topical_chat_coherence"
+    assert select_template("debate-tie-breaker", task="score", dataset="topical-chat", aspect="other") == \
+        "debate/tie_breaker_topical_chat"
+    assert select_template("debate", task="score", dataset="mine", aspect="x") == "debate/generic"
+    assert select_template("chateval-single", task="pairwise") == "chateval/single_faireval"
+    assert select_template("refer", task="choice", dataset="aqua") == "aqua"
+    assert select_template("refer", task="choice", dataset="mine") is None
