@@ -40,7 +40,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from jurygraph.judging.aggregation import aggregate
-from jurygraph.judging.items import TaskKind, as_item
+from jurygraph.judging.items import SWAP_LABEL, TaskKind, as_item
 from jurygraph.judging.judgments import Judgment, pairwise_label
 from jurygraph.judging.state import JuryState, merge_dicts
 from jurygraph.llm.calls import current_context
@@ -49,7 +49,6 @@ from jurygraph.llm.models import JuryContext
 CalibrationMode = Literal["bpc", "mec", "bpc+mec"]
 MODES: tuple[str, ...] = ("bpc", "mec", "bpc+mec")
 SAMPLE_STRIDE = 1000  # sample offsets of MEC runs are multiples of this, far from a protocol's own indices
-_SWAP_LABEL = {"1": "2", "2": "1", "tie": "tie"}
 
 
 class CalibrationState(JuryState, total=False):
@@ -84,9 +83,9 @@ def map_back(verdict: dict[str, Any]) -> dict[str, Any]:
     mapped = dict(verdict)
     mapped["score_1"], mapped["score_2"] = verdict.get("score_2"), verdict.get("score_1")
     if verdict.get("label") is not None:
-        mapped["label"] = _SWAP_LABEL[verdict["label"]]
+        mapped["label"] = SWAP_LABEL[verdict["label"]]
     if verdict.get("votes"):
-        mapped["votes"] = {_SWAP_LABEL.get(label, label): count for label, count in verdict["votes"].items()}
+        mapped["votes"] = {SWAP_LABEL.get(label, label): count for label, count in verdict["votes"].items()}
     return {key: value for key, value in mapped.items() if value is not None}
 
 

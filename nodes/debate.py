@@ -30,7 +30,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.judging.aspects import get_aspect
+from jurygraph.judging.aspects import aspect_title, get_aspect, scale_of
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.judging.judgments import Judgment, Verdict
@@ -177,10 +177,9 @@ def frame_task(item: EvalItem, template: str | None = None) -> DebateFrame:
     if not item.aspect:
         raise ValueError(f"item {item.id!r}: DEBATE needs the aspect to score (item.aspect)")
     aspect = get_aspect(item.dataset, item.aspect)
-    scale = item.scale or (aspect.scale if aspect else None)
-    assert scale is not None  # EvalItem guarantees a scale for score items
+    scale = scale_of(item, aspect)
     slots: dict[str, Any] = {
-        "aspect": item.aspect, "aspect_title": item.aspect[:1].upper() + item.aspect[1:],
+        "aspect": item.aspect, "aspect_title": aspect_title(item.aspect),
         "aspect_definition": (aspect.definition.split(" - ", 1)[-1] if aspect
                               else str(item.meta.get("aspect_definition", ""))),
         "scale": str(scale), "scale_low": format_number(scale.low), "scale_high": format_number(scale.high),

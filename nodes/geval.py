@@ -34,7 +34,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.judging.aggregation import aggregate
-from jurygraph.judging.aspects import get_aspect
+from jurygraph.judging.aspects import aspect_title, get_aspect, scale_of
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
 from jurygraph.judging.judgments import Judgment, Verdict
@@ -83,9 +83,8 @@ class FormFillingTemplate:
             raise ValueError(f"unknown evaluation form {self.style!r}; choose one of {', '.join(FORMS)}")
         aspect_name = item.aspect or "overall quality"
         aspect = get_aspect(item.dataset, item.aspect) if item.aspect else None
-        scale = item.scale or (aspect.scale if aspect else None)
-        assert scale is not None  # EvalItem guarantees a scale for score items
-        title = aspect_name[:1].upper() + aspect_name[1:]
+        scale = scale_of(item, aspect)
+        title = aspect_title(aspect_name)
         if self.fluency_scale not in FLUENCY_SCALES:
             raise ValueError(f"fluency_scale must be 3 (G-Eval's released prompt) or 5, not {self.fluency_scale}")
         name = self._name(aspect.dataset if aspect else None, aspect_name)

@@ -19,10 +19,10 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from jurygraph.judging.aggregation import aggregate
-from jurygraph.judging.aspects import get_aspect
+from jurygraph.judging.aspects import aspect_title, get_aspect
 from jurygraph.judging.benchmarks import canonical
 from jurygraph.judging.extraction import AnswerForm
-from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item
+from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_score
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.judging.reasoning import agreement, format_options, is_correct, options_from_question
 from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
@@ -139,17 +139,13 @@ def _template_for(item: EvalItem, template: str | None, prompt_file: str | Path 
     return ReferTemplate.named("csqa" if item.options or options_from_question(item.question or "") else "gsm8k")
 
 
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-
 def item_slots(item: EvalItem, tpl: ReferTemplate) -> dict[str, Any]:
     """Every slot a ReFeR template may use, from the item (each filled once, verbatim)."""
     aspect_name = item.aspect or tpl.label
     aspect = get_aspect(item.dataset, item.aspect) if item.aspect else None
     scale = item.scale or tpl.scale or (aspect.scale if aspect else None)
     scale_text = str(scale) if scale else ""
-    title = aspect_name[:1].upper() + aspect_name[1:]
+    title = aspect_title(aspect_name)
     definition = aspect.definition if aspect else str(item.meta.get("criteria") or "")
     if definition.startswith(f"{title} - "):
         criteria = f"{title} ({scale_text}) - {definition[len(title) + 3:]}"
@@ -224,7 +220,7 @@ def comment_of(text: str, labels: Sequence[str] = ()) -> str:
 
 
 def value_of(judgment: Judgment) -> str:
-    return _fmt(judgment.score) if judgment.score is not None else str(judgment.answer)
+    return format_score(judgment.score) if judgment.score is not None else str(judgment.answer)
 
 
 def feedback_of(judgment: Judgment, mode: str, tpl: ReferTemplate) -> str:

@@ -10,15 +10,15 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from jurygraph.judging.aspects import Aspect, get_aspect
+from jurygraph.judging.aspects import Aspect, get_aspect, scale_of
 from jurygraph.judging.extraction import AnswerForm
-from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_number
+from jurygraph.judging.items import EvalItem, TaskKind, as_item, format_number
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import node_id, render_history, spoken
+from jurygraph.nodes.faireval import FAIREVAL_SCALE
 from jurygraph.prompts import load_json, load_prompt, render, select_template
 
 PERSONA_ORDER = ("General Public", "Critic", "News Author", "Psychologist", "Scientist")
-FAIREVAL_SCALE = Scale(low=1, high=10)
 # ChatEval's generation parameters: the paper's temperature 0, and the released configs' llm block
 # (temperature: 0, max_tokens: 512) for referees, the single agent and the summarizer alike
 CHATEVAL_PARAMS: dict[str, Any] = {"temperature": 0, "max_tokens": 512}
@@ -75,8 +75,7 @@ class ChatEvalTemplate:
     def _score_frame(self, item: EvalItem) -> tuple[str, str, AnswerForm, dict[str, Any]]:
         aspect_name = item.aspect or "overall quality"
         aspect = get_aspect(item.dataset, aspect_name) if item.aspect else None
-        scale = item.scale or (aspect.scale if aspect else None)
-        assert scale is not None  # EvalItem guarantees a scale for score items
+        scale = scale_of(item, aspect)
         target = aspect.target if aspect else "response"
         # a benchmark's template has its own slots for the context (Topical-Chat's fact); the generic one
         # shows every text the item has as the source

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jurygraph.judging.benchmarks import TASKS, canonical
-from jurygraph.judging.items import Scale, TaskKind
+from jurygraph.judging.items import EvalItem, Scale, TaskKind
 from jurygraph.prompts import load_json
 
 
@@ -44,3 +44,15 @@ def get_aspect(dataset: str | None, name: str) -> Aspect | None:
     entry = table[name]
     return Aspect(key, name, entry["definition"], Scale(low=entry["scale"][0], high=entry["scale"][1]),
                   entry["target"])
+
+
+def aspect_title(name: str) -> str:
+    """An aspect's name as a form's label: 'coherence' -> 'Coherence'."""
+    return name[:1].upper() + name[1:]
+
+
+def scale_of(item: EvalItem, aspect: Aspect | None, default: Scale | None = None) -> Scale:
+    """The scale a score item is judged on: the item's own, else ``default`` (a template's), else the aspect's."""
+    scale = item.scale or default or (aspect.scale if aspect else None)
+    assert scale is not None  # EvalItem guarantees a scale for score items
+    return scale

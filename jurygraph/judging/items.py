@@ -44,6 +44,15 @@ def format_number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+def format_score(x: float) -> str:
+    """A computed score (e.g. a mean) as an agent reports it to another: 5, 3.66667 (6 significant digits)."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+# a pairwise label once the two answers change places
+SWAP_LABEL: dict[str, str] = {"1": "2", "2": "1", "tie": "tie"}
+
+
 class EvalItem(BaseModel):
     """One thing to judge.
 
@@ -117,7 +126,7 @@ class EvalItem(BaseModel):
             raise ValueError(f"item {self.id!r}: only pairwise items can be swapped")
         human = dict(self.human or {})
         if "label" in human:
-            human["label"] = {"1": "2", "2": "1", "tie": "tie"}[str(human["label"])]
+            human["label"] = SWAP_LABEL[str(human["label"])]
         return self.model_copy(
             update={"response_1": self.response_2, "response_2": self.response_1, "human": human or None}
         )

@@ -5,9 +5,10 @@ The accuracy report of a run is :mod:`jurygraph.measuring.reasoning`."""
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from jurygraph.judging.aggregation import majority_label
 
 _OPTION_LINE = re.compile(r"^\s*\(([A-Z])\)\s*(.+?)\s*$", re.MULTILINE)
 
@@ -42,11 +43,7 @@ def is_correct(answer: Any, gold: Any) -> bool:
 def agreement(answers: Iterable[Any]) -> tuple[str | None, float | None]:
     """The majority answer and the share of answers that agree with it (None, None without answers;
     a tie for first place has no majority, and its share is that of the tied answers)."""
-    votes = Counter(normalize_answer(a) for a in answers)
+    majority, votes = majority_label(normalize_answer(a) for a in answers)
     if not votes:
         return None, None
-    ranked = votes.most_common()
-    share = ranked[0][1] / sum(votes.values())
-    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
-        return None, share
-    return ranked[0][0], share
+    return majority, max(votes.values()) / sum(votes.values())
