@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")
     data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...)")
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
-                      help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner")
+                      help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
+                           "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")
     data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
     data.add_argument("--limit", type=int, help="judge only the first N items")
     add_model_arguments(ev.add_argument_group("models"))

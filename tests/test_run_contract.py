@@ -395,3 +395,61 @@ def test_show_reads_final_only_checkpoints(openai_server, tmp_path: Path, capsys
     view = json.loads(capsys.readouterr().out)
     assert [t["speaker"] for t in view["transcript"]] == ["General Public", "Critic"] * 2
     assert view["verdict"]["label"] == "1" and view["human"]["label"] in {"1", "2", "tie"}
+
+
+# --- smaller findings: aspects, label spellings, bad labels, single-group intervals, encodings ---
+
+
+def test_an_aspect_on_a_pairwise_dataset_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["eval", "--dataset", "faireval", "--aspect", "coherence", "--model", "local",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert "--aspect coherence applies to score datasets" in one_line_error(capsys)
+
+
+def test_pairwise_label_spellings_and_value_mapping(openai_server, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    server = serve(openai_server)
+    data = tmp_path / "arena.jsonl"
+    rows = [("a", "Tie"), ("b", "A"), ("c", "model_b"), ("d", "gpt-4"), ("e", "nobody")]
+    data.write_text("".join(json.dumps({"qid": q, "question": "Q", "response_1": "x", "response_2": "y",
+                                        "winner": w}) + "\n" for q, w in rows))
+    out = tmp_path / "run"
+    assert main(eval_args(server, out, "--protocol", "single", "--dataset", str(data), "--task", "pairwise",
+                          "--map", "id=qid", "--map", "human.label=winner", "--map", "human.label[gpt-4]=2")) == 0
+    assert {r["id"]: r["human"]["label"] for r in read_results(out)} == {"a": "tie", "b": "1", "c": "2", "d": "2"}
+    assert "arena.jsonl, row 5" in capsys.readouterr().err  # 'nobody' is no spelling of a preference
+
+
+def test_a_score_label_that_is_not_a_number_is_refused_at_load(openai_server, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    server = serve(openai_server)
+    data = tmp_path / "scores.csv"
+    data.write_text("id,response,scale_low,scale_high,rating\n1,text,1,5,3\n2,text,1,5,abc\n")
+    out = tmp_path / "run"
+    assert main(eval_args(server, out, "--protocol", "single", "--dataset", str(data), "--task", "score",
+                          "--map", "human.coherence=rating")) == 0
+    err = capsys.readouterr().err
+    assert "scores.csv, row 3, field 'human.coherence': 'abc' is not a number" in err
+    assert [r["id"] for r in read_results(out)] == ["1"]
+
+
+def test_metaeval_gives_no_interval_for_a_single_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"id": str(i), "status": "ok", "task": "score", "aspect": "coherence", "group": "doc-1",
+                "human": {"coherence": h}, "verdict": {"score": p}} for i, (p, h) in enumerate([(1, 1), (2, 3),
+                                                                                           (3, 2), (4, 5)])]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["metaeval", str(run), "--level", "pooled"]) == 0
+    captured = capsys.readouterr()
+    assert "1 group only, so no confidence interval" in captured.err
+    (row,) = [line for line in captured.out.splitlines() if line.startswith("run") and "coherence" in line]
+    assert row.split()[-3:] == ["0.832", "0.800", "0.667"]  # the values, without a [x, x] interval
+
+
+def test_a_dataset_that_is_not_utf8_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "latin1.jsonl"
+    data.write_bytes('{"question": "caf\u00e9"}\n'.encode("latin-1"))
+    assert main(["eval", "--dataset", str(data), "--task", "pairwise", "--model", "local",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert f"{data}: not UTF-8 text" in one_line_error(capsys)
