@@ -234,7 +234,10 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130
     except RunAborted as stop:
-        print(f"jurygraph: stopped: {stop}; finished items are kept, resume with --resume {out}", file=sys.stderr)
+        done = stop.summary
+        sent = f" ({done.done} items done, {done.attempts} HTTP requests sent)" if done else ""
+        print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
+              file=sys.stderr)
         return stop.exit_code
     _print_summary(summary, out)
     return 1 if summary.failed else 0

@@ -65,6 +65,7 @@ class RunAborted(RuntimeError):
     def __init__(self, reason: str, exit_code: int = 1) -> None:
         super().__init__(reason)
         self.exit_code = exit_code
+        self.summary: RunSummary | None = None  # what the run did before it stopped
 
 
 @dataclass
@@ -321,6 +322,7 @@ async def _arun_locked(
         # a full disk: the results and checkpoints already hold every finished item; say so, do not crash
         aborted.append(RunAborted(_os_reason(err, out / MANIFEST), exit_code=2))
     if aborted:
+        aborted[0].summary = summary
         raise aborted[0]
     if summary.interrupted:
         raise KeyboardInterrupt(f"run interrupted; resume with --resume {out}")
