@@ -100,14 +100,17 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
     if not transcript:  # protocols that keep no shared transcript: each agent's own words
         transcript = [_message(m) for history in (values.get("histories") or {}).values()
                       for m in history if m.type == "ai"]
-    extra = {key: value for key, value in values.items() if key not in _SHOWN and not key.startswith("__")}
+    # LangGraph's own channels (join:..., branch:..., __pregel_...) are wiring, not what the agents did
+    extra = {key: value for key, value in values.items()
+             if key not in _SHOWN and not key.startswith("__") and ":" not in key}
     return {"id": item_id, "item": item, "personas": personas, "transcript": transcript,
             "judgments": values.get("judgments") or {}, "verdict": values.get("verdict"),
             "human": item.get("human"), "usage": values.get("usage") or {}, "state": _jsonable(extra)}
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
+    """Plain JSON; messages kept inside other state (e.g. a calibration's per-order runs) as speaker/text."""
+    return json.loads(json.dumps(value, default=lambda o: _message(o) if isinstance(o, BaseMessage) else str(o)))
 
 
 def _judgment_line(judgment: dict[str, Any]) -> str:
