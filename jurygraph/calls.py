@@ -330,7 +330,7 @@ def classify_error(err: Exception, resolved: ResolvedModel) -> Exception:
     kind = type(err).__name__
     if _refused(err):
         return ProviderUnavailable(f"{where}: cannot connect ({err.__cause__ or err})")
-    if isinstance(err, _GARBLED):
+    if isinstance(err, _GARBLED) and hasattr(resolved.model, "openai_api_base"):  # an HTTP client's parse error
         return UnreadableResponse(f"{where}: the response is not a chat completion ({kind}: {err})")
     return err
 

@@ -310,6 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, RunLocked, DatasetError, MissingAPIKey) as err:
         print(f"jurygraph: {redact_text(str(err))}", file=sys.stderr)
         return 2
+    except RunAborted as stop:  # a run started by another command (bench) that stopped on a provider or disk
+        print(f"jurygraph: stopped: {stop}", file=sys.stderr)
+        return stop.exit_code
     except OSError as err:  # unreadable dataset, read-only or full --out, a directory where a file belongs
         print(f"jurygraph: {os_error_line(err)}", file=sys.stderr)
         return 2
