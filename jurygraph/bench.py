@@ -28,11 +28,12 @@ from typing import Any
 
 from jurygraph.datasets import Dataset, DatasetError, load_dataset
 from jurygraph.items import TaskKind
-from jurygraph.metaeval import Level, MethodResult, evaluate_records, run_name, run_records
+from jurygraph.metaeval import Level, MethodResult, evaluate_records, run_name, run_records, single_unit_warnings
 from jurygraph.metrics import STATISTICS
 from jurygraph.models import JuryContext
 from jurygraph.protocols import ProtocolSetup
-from jurygraph.runner import arun, read_results
+from jurygraph.rundir import read_results
+from jurygraph.runner import arun
 from jurygraph.tables import (
     comparison_table,
     correlation_table,
@@ -207,6 +208,9 @@ def _finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"--stats: unknown {', '.join(unknown)}; choose from {', '.join(STATISTICS)}")
     out = Path(args.out) if args.out else None
+    for method in methods:
+        for line in single_unit_warnings(method) if args.resamples else []:
+            print(f"jurygraph: warning: {line}", file=sys.stderr)
     print(report(methods, out, statistics=statistics, plots=bool(args.out) and not args.no_plots))
     by_name = {m.name: m for m in methods}
     for k, pair in enumerate(args.compare or []):

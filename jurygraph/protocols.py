@@ -36,6 +36,57 @@ class ProtocolSetup:
     models: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
 
+    def requests_per_item(self) -> int:
+        """The most model requests one item can cost under these parameters (every format re-ask and loop
+        iteration included): what `eval` shows before a large plan starts, and what a dry run would print."""
+        params = self.params
+        count = _REQUEST_PLANS.get(str(params.get("protocol")), _by_nodes)(self, params)
+        mode = str(params.get("calibrate") or "")
+        if "mec" in mode:
+            count *= int(params.get("mec_k") or 1)
+        if "bpc" in mode:
+            count *= 2  # both answer orders
+        return count
+
+
+def _panel_size(params: dict[str, Any]) -> int:
+    personas = params.get("personas")
+    if isinstance(personas, str) and personas != "same-role":
+        return len([p for p in personas.split(",") if p.strip()])
+    return int(params.get("agents") or 2)
+
+
+def _chateval_plan(setup: ProtocolSetup, params: dict[str, Any]) -> int:
+    referees, turns = _panel_size(params), int(params.get("turns") or 2)
+    summaries = turns - 1 if params.get("strategy") == "summarizer" else 0
+    return referees * turns + summaries + referees  # every final judgment may be re-asked once
+
+
+def _debate_plan(setup: ProtocolSetup, params: dict[str, Any]) -> int:
+    n = int(params.get("max_iterations") or 1)
+    # n Scorer turns (each may be re-asked) and n Critic reviews, the tie-breaker (and its re-ask), the Commander
+    return 3 * n + (2 if params.get("tie_breaker") else 0) + (1 if params.get("commander_llm") else 0)
+
+
+def _refer_plan(setup: ProtocolSetup, params: dict[str, Any]) -> int:
+    return 2 * int(params.get("peers") or 3) + int(params.get("samples") or 1)  # n samples: n requests at most
+
+
+def _samples_plan(setup: ProtocolSetup, params: dict[str, Any]) -> int:
+    return int(params.get("samples") or 20)
+
+
+def _by_nodes(setup: ProtocolSetup, params: dict[str, Any]) -> int:
+    """A protocol without its own plan: two requests (a call and a re-ask) per node, loops not counted."""
+    return 2 * max(1, len(setup.graph.nodes))
+
+
+_REQUEST_PLANS: dict[str, Callable[[ProtocolSetup, dict[str, Any]], int]] = {
+    "chateval": _chateval_plan, "debate": _debate_plan, "refer": _refer_plan,
+    "geval": _samples_plan, "analyze-rate": _samples_plan,
+    "single": lambda setup, params: 2, "ensemble": lambda setup, params: 2 * _panel_size(params),
+}
+
 
 @dataclass(frozen=True)
 class CLIProtocol:
