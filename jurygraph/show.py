@@ -97,15 +97,25 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
         if system is not None:
             personas[agent] = system.text
     transcript = [_message(m) for m in values.get("transcript") or []]
-    if not transcript:  # protocols that keep no shared transcript: each agent's own words
-        transcript = [_message(m) for history in (values.get("histories") or {}).values()
-                      for m in history if m.type == "ai"]
+    runs = values.get("runs") or {}
+    if not transcript:  # a calibration: each run (answer order, MEC sample) has its own transcript
+        transcript = [{**_message(m), "run": name} for name, run in runs.items() for m in run.get("transcript") or []]
+    if not transcript:  # protocols that keep no shared transcript: each agent's own words, not what it heard
+        transcript = [_message(m) for agent, history in (values.get("histories") or {}).items()
+                      for m in history if m.type == "ai" and _spoken_by(m, agent)]
     # LangGraph's own channels (join:..., branch:..., __pregel_...) are wiring, not what the agents did
     extra = {key: value for key, value in values.items()
              if key not in _SHOWN and not key.startswith("__") and ":" not in key}
+    if runs:  # their transcripts are in the transcript above
+        extra["runs"] = {name: {k: v for k, v in run.items() if k != "transcript"} for name, run in runs.items()}
     return {"id": item_id, "item": item, "personas": personas, "transcript": transcript,
             "judgments": values.get("judgments") or {}, "verdict": values.get("verdict"),
             "human": item.get("human"), "usage": values.get("usage") or {}, "state": _jsonable(extra)}
+
+
+def _spoken_by(message: BaseMessage, agent: str) -> bool:
+    """Whether a message in ``agent``'s history is its own (histories may be namespaced, e.g. ``run/agent``)."""
+    return not message.name or agent == message.name or agent.endswith("/" + message.name)
 
 
 def _jsonable(value: Any) -> Any:
@@ -138,7 +148,11 @@ def render(view: dict[str, Any]) -> str:
         lines.append("\npersonas:")
         lines += [f"  {agent}: {_indent(text)}" for agent, text in view["personas"].items()]
     lines.append("\ntranscript:")
+    run = None
     for number, turn in enumerate(view["transcript"], 1):
+        if turn.get("run") != run:
+            run = turn.get("run")
+            lines.append(f"  -- {run} --")
         lines.append(f"  [{number}] {turn['speaker']}:\n      {_indent(turn['text'], '      ')}")
     lines.append("\njudgments:")
     lines += [f"  {agent}: {_judgment_line(j)}" for agent, j in view["judgments"].items()]

@@ -458,3 +458,21 @@ def test_a_dataset_that_is_not_utf8_names_the_file(tmp_path: Path, capsys: pytes
     assert main(["eval", "--dataset", str(data), "--task", "pairwise", "--model", "local",
                  "--out", str(tmp_path / "run")]) == 2
     assert f"{data}: not UTF-8 text" in one_line_error(capsys)
+
+
+def test_show_groups_a_calibrated_items_turns_by_answer_order(openai_server, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """ChatEval's default on pairwise data judges both orders: each order's debate once, under its run's name."""
+    server = serve(openai_server)
+    out = tmp_path / "run"
+    assert main(eval_args(server, out, "--dataset", "faireval", "--limit", "1")) == 0
+    capsys.readouterr()
+    assert main(["show", str(out), "0", "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert [(t["run"], t["speaker"]) for t in view["transcript"]] == (
+        [("original_order", "General Public"), ("original_order", "Critic")] * 2
+        + [("swapped_order", "General Public"), ("swapped_order", "Critic")] * 2)
+    assert "transcript" not in view["state"]["runs"]["swapped_order"]
+    assert main(["show", str(out), "0"]) == 0
+    text = capsys.readouterr().out
+    assert text.index("-- original_order --") < text.index("[1] General Public") < text.index("-- swapped_order --")
