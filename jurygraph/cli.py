@@ -15,7 +15,8 @@ from typing import Any
 
 from jurygraph.datasets import DatasetError, load_dataset
 from jurygraph.limits import ProviderGates, parse_limits
-from jurygraph.models import JuryContext, ModelSpec
+from jurygraph.local_model import LocalModelUnusable, check_local_model
+from jurygraph.models import JuryContext, ModelSpec, uses_local_model
 from jurygraph.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.runner import MANIFEST, RunSummary, read_results, run
 
@@ -142,6 +143,12 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     items = dataset.items[: args.limit] if args.limit else dataset.items
     setup = build_protocol(args)
     context = context_from_args(args, setup)
+    if uses_local_model(context):
+        try:
+            check_local_model()
+        except (LocalModelUnusable, ModuleNotFoundError) as err:
+            print(f"jurygraph: {err}", file=sys.stderr)  # before any item starts: none would run
+            return 2
     out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
     protocol_args = {dest: getattr(args, dest) for dest in args.protocol_dests}
     manifest = {

