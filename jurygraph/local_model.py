@@ -98,7 +98,7 @@ def _probe(code: str, path: str) -> str | None:
     try:
         # the child turns core dumps off first: a crash is expected here and is reported, not dumped
         done = subprocess.run([sys.executable, "-c", _NO_CORE_DUMP + code, path], capture_output=True, text=True,
-                              timeout=300)
+                              errors="replace", timeout=300)  # llama.cpp's stderr need not be UTF-8
     except subprocess.TimeoutExpired:
         return "the embedded model did not answer a test prompt within 300 s; use another model (--model SPEC)"
     if done.returncode == 0:
