@@ -18,7 +18,8 @@ from typing import Any
 
 from jurygraph.datasets import DatasetError, load_dataset
 from jurygraph.limits import ProviderGates, parse_limits
-from jurygraph.models import JuryContext, MissingAPIKey, ModelSpec, parse_gen
+from jurygraph.local_model import LocalModelUnusable, check_local_model
+from jurygraph.models import JuryContext, MissingAPIKey, ModelSpec, parse_gen, uses_local_model
 from jurygraph.preflight import UsageError, check_models, os_error_line, validate_numbers
 from jurygraph.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.redact import MASK, redact_text, redact_url
@@ -226,6 +227,11 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
                          f"{len(items)} items ({args.protocol}: {_params_line(setup.params)}); "
                          "pass --yes to run it")
+    if uses_local_model(context):
+        try:
+            check_local_model()
+        except (LocalModelUnusable, ModuleNotFoundError) as err:
+            raise UsageError(str(err)) from None  # before any item starts: none would run
     check_models(context)
     out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
     invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),

@@ -296,6 +296,15 @@ def default_model_spec() -> ModelSpec | None:
     return ModelSpec(provider="local", model="smollm2-135m-instruct") if local_model_available() else None
 
 
+def uses_local_model(context: JuryContext) -> bool:
+    """Whether the context names the embedded model, or leaves every agent to it (no models at all)."""
+    choices = [*context.models.values(), context.default]
+    if context.default is None and not context.models:
+        return default_model_spec() is not None
+    return any(to_spec(choice).provider == "local" for choice in choices  # type: ignore[arg-type]
+               if choice is not None and not isinstance(choice, BaseChatModel))
+
+
 def model_label(model: BaseChatModel) -> str:
     name = getattr(model, "model_name", None) or getattr(model, "model", None)
     return f"{type(model).__name__}:{name}" if name else type(model).__name__
