@@ -37,7 +37,7 @@ from jurygraph import (
     load_dataset,
     read_results,
 )
-from jurygraph.running.runner import MANIFEST, RESULTS
+from jurygraph.running.rundir import MANIFEST, RESULTS
 
 DATASET, ASPECT = "summeval", "coherence"  # 1600 items; every protocol has a template for it
 

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from jurygraph.measuring.metaeval import MethodResult, metaeval
     from jurygraph.nodes.referee import Referee
     from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
-    from jurygraph.running.runner import RunSummary, arun, read_results, run
+    from jurygraph.running.rundir import read_results
+    from jurygraph.running.runner import RunSummary, arun, run
 
 __version__ = "0.1.0"
 
@@ -55,7 +56,8 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["MethodResult", "metaeval"], "jurygraph.measuring.metaeval"),
     "Referee": "jurygraph.nodes.referee",
     **dict.fromkeys(["Dataset", "DatasetError", "load_dataset"], "jurygraph.running.datasets"),
-    **dict.fromkeys(["RunSummary", "arun", "read_results", "run"], "jurygraph.running.runner"),
+    "read_results": "jurygraph.running.rundir",
+    **dict.fromkeys(["RunSummary", "arun", "run"], "jurygraph.running.runner"),
 }
 
 __all__ = sorted(_HOMES)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from jurygraph.cli import main
-from jurygraph.running.runner import read_results
+from jurygraph.running.rundir import read_results
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import prompt_of
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
+
 from jurygraph.cli import main
-from jurygraph.running.runner import read_results
+from jurygraph.running.rundir import read_results
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import prompt_of
 
@@ -60,15 +63,18 @@ def test_eval_jsonl_with_mapping_reports_bad_rows_and_runs_the_rest(openai_serve
     assert sorted(r["id"] for r in read_results(tmp_path / "r")) == ["a", "c"]
 
 
-def test_resume_keeps_finished_items_and_extends(openai_server, tmp_path: Path) -> None:
+def test_resume_keeps_finished_items_and_refuses_a_different_limit(openai_server, tmp_path: Path, capsys) -> None:
     server = openai_server(responder)
     out = tmp_path / "run"
     args = ["eval", "--dataset", "faireval", "--model", "judge", "--base-url", server.base_url, "--quiet"]
     assert main([*args, "--limit", "2", "--out", str(out)]) == 0
     sent = len(server.requests)
-    assert main(["eval", "--resume", str(out), "--limit", "3", "--quiet"]) == 0
-    assert len(server.requests) == sent + 8  # one new item in both orders; the two finished ones cost nothing
-    assert sorted(r["id"] for r in read_results(out)) == ["0", "1", "2"]
+    # the limit defines which items the run judges: a resume cannot change it
+    assert main(["eval", "--resume", str(out), "--limit", "3", "--quiet"]) == 2
+    assert "--limit 3 (the run has 2)" in capsys.readouterr().err
+    assert main(["eval", "--resume", str(out), "--quiet"]) == 0
+    assert len(server.requests) == sent  # the two finished items cost nothing
+    assert sorted(r["id"] for r in read_results(out)) == ["0", "1"]
     assert main([*args, "--limit", "2", "--out", str(out)]) == 2  # refuses to overwrite a run
 
 
@@ -83,10 +89,14 @@ def test_unknown_dataset_is_a_clear_error(capsys, tmp_path: Path) -> None:
     assert "no such file" in capsys.readouterr().err
 
 
-def test_draw_png_and_ascii(tmp_path: Path, capsys) -> None:
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_draw_png(tmp_path: Path) -> None:
     png = tmp_path / "debate.png"
     assert main(["draw", "--protocol", "debate", "--tie-breaker", "--format", "png", "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
+
+
+def test_draw_ascii(capsys) -> None:
     assert main(["draw", "--protocol", "refer", "--format", "ascii"]) == 0
     art = capsys.readouterr().out
     assert "area_chair" in art and "peer_3" in art

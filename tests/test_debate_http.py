@@ -12,7 +12,7 @@ from jurygraph import JuryContext, create_debate, verdict_of
 from jurygraph.cli import main
 from jurygraph.nodes.debate import debate_prompt
 from jurygraph.running.datasets import load_dataset
-from jurygraph.running.runner import read_results
+from jurygraph.running.rundir import read_results
 from jurygraph.testing.fake_server import prompt_of
 
 SCORER_SYSTEM = "Logically think to score the following sentence."

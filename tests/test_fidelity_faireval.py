@@ -13,7 +13,7 @@ from jurygraph import JuryContext
 from jurygraph.cli import main
 from jurygraph.graphs.faireval import create_faireval
 from jurygraph.running.datasets import load_dataset
-from jurygraph.running.runner import read_results
+from jurygraph.running.rundir import read_results
 
 FAIREVAL = json.loads((Path(__file__).parent / "data" / "fidelity" / "faireval" / "gen_prompt.json")
                       .read_text(encoding="utf-8"))

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from jurygraph import EvalItem, JuryContext, create_chateval
-from jurygraph.running.runner import read_results, run
+from jurygraph.running.rundir import read_results
+from jurygraph.running.runner import run
 from jurygraph.testing import FakeJudge, pairwise_reply
 
 PG_BIN = next((Path(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None) \

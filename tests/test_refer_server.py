@@ -13,7 +13,8 @@ import pytest
 from jurygraph import JuryContext, ModelSpec, create_refer, judgments_of, verdict_of
 from jurygraph.cli import main
 from jurygraph.running.datasets import load_dataset
-from jurygraph.running.runner import read_results, run
+from jurygraph.running.rundir import read_results
+from jurygraph.running.runner import run
 from jurygraph.testing.fake_server import Faults, prompt_of
 
 PEER_RATINGS = {"peer1": 1, "peer2": 2, "peer3": 3}

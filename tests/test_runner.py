@@ -19,7 +19,8 @@ from langchain_core.messages import BaseMessage
 
 from jurygraph import EvalItem, JuryContext, create_chateval
 from jurygraph.llm.limits import ProviderGates, ProviderLimit, parse_limits
-from jurygraph.running.runner import read_results, run
+from jurygraph.running.rundir import read_results
+from jurygraph.running.runner import RunAborted, run
 from jurygraph.testing import FakeJudge, pairwise_reply
 from jurygraph.testing.fake_server import Faults, prompt_of
 
@@ -237,13 +238,16 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes(openai_server, tmp_path: Path)
     assert len(server.requests) - sent_before == 48 - received
 
 
-def test_connection_errors_are_retried_then_reported(tmp_path: Path) -> None:
+def test_a_refused_connection_is_retried_then_stops_the_run(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    spec = {"spec": f"openai:judge@http://127.0.0.1:{port}/v1", "max_retries": 1, "timeout": 2}
-    summary = run(create_chateval(), items(2), out_dir=tmp_path, progress=False, context=JuryContext(default=spec))
-    assert summary.failed == 2 and all("Connection" in reason for reason in summary.failures.values())
+    spec = {"spec": f"openai:judge@http://user:SECRET@127.0.0.1:{port}/v1", "max_retries": 1, "timeout": 2}
+    with pytest.raises(RunAborted, match="cannot connect") as stopped:
+        run(create_chateval(), items(2), out_dir=tmp_path, progress=False, context=JuryContext(default=spec),
+            concurrency=1)
+    assert f"http://user:***@127.0.0.1:{port}/v1" in str(stopped.value) and "SECRET" not in str(stopped.value)
+    assert read_results(tmp_path) == []  # the second item never started: pending for a resume
 
 
 class _Killed(BaseException):

@@ -7,26 +7,39 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from jurygraph.cli.preflight import UsageError, check_models, os_error_line, validate_numbers
 from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.llm.limits import ProviderGates, parse_limits
-from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen
+from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
+from jurygraph.llm.models import JuryContext, MissingAPIKey, ModelSpec, parse_gen, uses_local_model
+from jurygraph.llm.redact import MASK, redact_text, redact_url
 from jurygraph.running.datasets import DatasetError, load_dataset
-from jurygraph.running.runner import MANIFEST, RunSummary, read_results, run
+from jurygraph.running.rundir import RESULTS, RunLocked, read_manifest, read_results
+from jurygraph.running.runner import RunAborted, RunSummary, run
 
 COMMAND_MODULES: list[str] = [
     "jurygraph.cli.demo", "jurygraph.cli.bench", "jurygraph.cli.metaeval", "jurygraph.cli.autoprompt",
-    "jurygraph.cli.reasoning_report",
+    "jurygraph.cli.reasoning_report", "jurygraph.cli.show",
 ]
 
-# what a resumed run takes from its manifest instead of the command line
-RESUMABLE = ("protocol", "dataset", "task", "aspect", "mapping", "limit", "model", "base_url", "models",
-             "reverse", "timeout", "max_retries", "rps", "in_flight", "protocol_args", "structured_output", "gen")
+# Options that only shape how a run executes: a resume may change them (each invocation is recorded in the
+# manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
+# resume restores it from the manifest and refuses a different value.
+EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
+                  "no_cache", "prices", "quiet", "yes")
+# parser bookkeeping and the run directory itself, never saved as settings
+NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
+# a plan above this many requests per item asks for --yes
+REQUESTS_PER_ITEM_LIMIT = 100
 
 
 def key_values(pairs: Sequence[str] | None, what: str) -> dict[str, str]:
@@ -78,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")
     data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...)")
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
-                      help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner")
+                      help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
+                           "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")
     data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
     data.add_argument("--limit", type=int, help="judge only the first N items")
     add_model_arguments(ev.add_argument_group("models"))
@@ -93,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     runopts.add_argument("--no-cache", action="store_true", help="do not cache model calls")
     runopts.add_argument("--prices", help="JSON price table (USD per 1M tokens) merged over the built-in one")
     runopts.add_argument("--quiet", action="store_true", help="no progress bar")
+    runopts.add_argument("--yes", action="store_true",
+                         help=f"run a plan of more than {REQUESTS_PER_ITEM_LIMIT} requests per item without asking")
 
     draw = commands.add_parser("draw", help="print or render a protocol's graph")
     add_protocol_arguments(draw)
@@ -105,21 +121,66 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _resume_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """Rebuild a run's arguments from its manifest; options given now (out, concurrency...) still apply."""
-    manifest_path = Path(args.resume) / MANIFEST
-    if not manifest_path.exists():
-        parser.error(f"--resume {args.resume}: no {MANIFEST} there (was it a jurygraph run directory?)")
-    saved = json.loads(manifest_path.read_text(encoding="utf-8")).get("cli", {})
-    for key, value in saved.items():
-        # an option given now wins over the saved one (e.g. a larger --limit extends the run)
-        if key in RESUMABLE and key != "protocol_args" and getattr(args, key, None) in (None, False):
-            setattr(args, key, value)
-    # the protocol itself cannot change within a run
-    for key, value in saved.get("protocol_args", {}).items():
-        setattr(args, key, value)
+def explicit_dests(argv: Sequence[str]) -> set[str]:
+    """The options given on a command line (argparse fills defaults in, so parse again without any)."""
+    parser = _parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                for option in sub._actions:
+                    option.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv)))
+
+
+def _resume_args(args: argparse.Namespace,
+                 parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The run's arguments from its manifest; an execution-only option given now wins, a run-defining one given
+    now must equal the saved value (UsageError naming every conflict, nothing changed)."""
+    manifest = read_manifest(args.resume)
+    if manifest is None:
+        raise UsageError(f"--resume {args.resume}: no manifest.json there (was it a jurygraph run directory?)")
+    saved = dict(manifest.get("cli", {}))
+    saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
+    given = explicit_dests(args.argv)
+    conflicts = []
+    for key in sorted(set(saved) | set(vars(args))):
+        if key in NOT_SETTINGS:
+            continue
+        now, default = getattr(args, key, None), parser.get_default(key)
+        then = saved.get(key, default)  # an option newer than the run: the run had its default
+        if key not in given:
+            setattr(args, key, then)
+        elif key not in EXECUTION_ONLY and _plain(now) != _plain(then):
+            conflicts.append(f"--{key.replace('_', '-')} {_shown(now)} (the run has {_shown(then)})")
+    if conflicts:
+        raise UsageError(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its settings: "
+                         "drop these options, or start a new run with another --out")
+    if args.base_url and MASK in args.base_url and "base_url" not in given:
+        raise UsageError(f"--resume {args.resume}: the run's --base-url had credentials, which are never stored; "
+                         "pass --base-url again")
     args.out = args.resume
-    return args
+    return args, manifest
+
+
+def _plain(value: Any) -> Any:
+    """A value as the manifest stores it (tuples become lists), so saved and given values compare equal."""
+    return json.loads(json.dumps(value))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "not set" if value is None else str(value)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option of the invocation (run-defining and execution-only), credentials removed, for the manifest;
+    the protocol's own options under ``protocol_args`` as before."""
+    saved = {key: value for key, value in vars(args).items() if key not in NOT_SETTINGS}
+    if saved.get("base_url"):
+        saved["base_url"] = redact_url(saved["base_url"])
+    saved["protocol_args"] = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
+    return _plain(saved)
 
 
 def context_from_args(args: argparse.Namespace, setup: ProtocolSetup | None = None) -> JuryContext:
@@ -139,36 +200,51 @@ def context_from_args(args: argparse.Namespace, setup: ProtocolSetup | None = No
 
 
 def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Judge a dataset; exit code 1 when some items failed (they can be retried with --resume)."""
+    """Judge a dataset; exit 1 when items failed or the run was stopped by a provider error (--resume continues
+    it), 2 when the command cannot run (bad options, unreadable files, a busy run directory)."""
+    previous: dict[str, Any] = {}
     if args.resume:
-        args = _resume_args(args, parser)
+        args, previous = _resume_args(args, parser)
     if not args.dataset:
-        parser.error("eval needs --dataset (or --resume RUN_DIR)")
+        raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
+    validate_numbers(args, args.protocol_dests)
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
-    try:
-        dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
-                               mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
-    except DatasetError as err:
-        print(f"jurygraph: {err}", file=sys.stderr)
-        return 2
+    if args.cache and Path(args.cache).is_dir():
+        raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
+    dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
+                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)
+    if not dataset.items:
+        raise UsageError(f"{args.dataset}: no judgeable rows ({len(dataset.errors)} skipped, reasons above)")
     items = dataset.items[: args.limit] if args.limit else dataset.items
     setup = build_protocol(args)
     context = context_from_args(args, setup)
+    if context.default is None and not context.models:
+        raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
+                         "--model NAME --base-url URL, or --model local for the embedded offline model "
+                         "(a smoke-test model: its ratings carry no signal)")
+    per_item = setup.requests_per_item()
+    if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
+        raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
+                         f"{len(items)} items ({args.protocol}: {_params_line(setup.params)}); "
+                         "pass --yes to run it")
+    if uses_local_model(context):
+        try:
+            check_local_model()
+        except (LocalModelUnusable, ModuleNotFoundError) as err:
+            raise UsageError(str(err)) from None  # before any item starts: none would run
+    check_models(context)
     out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
-    protocol_args = {dest: getattr(args, dest) for dest in args.protocol_dests}
+    invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),
+                  "execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
     manifest = {
         "protocol": args.protocol, "parameters": setup.params, "dataset": {"name": dataset.name,
         "source": str(args.dataset), "sha256": dataset.sha256, "rows_skipped": len(dataset.errors)},
-        "models": _model_labels(context),
+        "models": _model_labels(context), "requests_per_item": per_item, "cli": _settings(args),
         # the run's generation settings; the parameters each agent was called with are in "generation"
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
-        "cli": {"protocol": args.protocol, "dataset": args.dataset, "task": args.task, "aspect": args.aspect,
-                "mapping": args.mapping, "limit": args.limit, "model": args.model, "base_url": args.base_url,
-                "models": args.models, "reverse": args.reverse, "timeout": args.timeout,
-                "max_retries": args.max_retries, "rps": args.rps, "in_flight": args.in_flight,
-                "structured_output": args.structured_output, "gen": args.gen, "protocol_args": protocol_args},
+        "invocations": [*previous.get("invocations", []), invocation],
     }
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     try:
@@ -178,11 +254,18 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except KeyboardInterrupt as stop:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130
-    except FileExistsError as err:
-        print(f"jurygraph: {err}", file=sys.stderr)
-        return 2
+    except RunAborted as stop:
+        done = stop.summary
+        sent = f" ({done.done} items done, {done.attempts} HTTP requests sent)" if done else ""
+        print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
+              file=sys.stderr)
+        return stop.exit_code
     _print_summary(summary, out)
     return 1 if summary.failed else 0
+
+
+def _params_line(params: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in params.items() if key != "protocol" and value is not None)
 
 
 def _specs(models: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -224,12 +307,13 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
     print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
     for item_id, reason in list(summary.failures.items())[:5]:
         print(f"  failed {item_id}: {reason}")
-    print(f"results: {out / 'results.jsonl'}")
+    print(f"results: {out / RESULTS}")
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
     from jurygraph.cli.diagrams import render_graph
 
+    validate_numbers(args, args.protocol_dests)
     setup = build_protocol(args)
     text_or_path = render_graph(setup.graph, args.format, args.out or (f"{args.protocol}.png"
                                                                           if args.format == "png" else None))
@@ -239,14 +323,27 @@ def cmd_draw(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # a resume tells the options given now from the defaults
     try:
         return int(args.handler(args))
-    except (ValueError, KeyError, LookupError, FileNotFoundError) as err:
-        print(f"jurygraph: {err}", file=sys.stderr)
+    except (UsageError, RunLocked, DatasetError, MissingAPIKey) as err:
+        print(f"jurygraph: {redact_text(str(err))}", file=sys.stderr)
+        return 2
+    except RunAborted as stop:  # a run started by another command (bench) that stopped on a provider or disk
+        print(f"jurygraph: stopped: {stop}", file=sys.stderr)
+        return stop.exit_code
+    except OSError as err:  # unreadable dataset, read-only or full --out, a directory where a file belongs
+        print(f"jurygraph: {os_error_line(err)}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as err:
+        print(f"jurygraph: checkpoint or cache database: {err}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, LookupError, ImportError) as err:
+        print(f"jurygraph: {redact_text(str(err))}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -33,7 +33,8 @@ from jurygraph.judging.items import TaskKind
 from jurygraph.llm.models import JuryContext
 from jurygraph.measuring.metaeval import run_records
 from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
-from jurygraph.running.runner import arun, read_results
+from jurygraph.running.rundir import read_results
+from jurygraph.running.runner import arun
 
 DEFAULT_ASPECTS = {"summeval": ["coherence", "consistency", "fluency", "relevance"],
                    "topical-chat": ["naturalness", "coherence", "engagingness", "groundedness"]}

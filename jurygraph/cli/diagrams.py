@@ -10,6 +10,10 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 
+class GraphvizMissing(LookupError):
+    """PNG rendering needs Graphviz's ``dot`` program, and it is not on PATH."""
+
+
 def _drawable(graph: StateGraph | CompiledStateGraph):  # type: ignore[no-untyped-def]
     compiled = graph.compile() if isinstance(graph, StateGraph) else graph
     return compiled.get_graph()
@@ -52,7 +56,7 @@ def render_png(graph: StateGraph | CompiledStateGraph, out: str | Path) -> Path:
     """Render with Graphviz's ``dot`` (offline; mermaid.ink would need the network)."""
     dot = shutil.which("dot")
     if dot is None:
-        raise RuntimeError("PNG diagrams need Graphviz's 'dot': apt-get install graphviz (or brew install graphviz)")
+        raise GraphvizMissing("PNG diagrams need Graphviz's 'dot': apt-get install graphviz (or brew install graphviz)")
     path = Path(out)
     subprocess.run([dot, "-Tpng", "-o", str(path)], input=to_dot(graph).encode(), check=True)
     return path
@@ -62,5 +66,5 @@ def png_bytes(graph: StateGraph | CompiledStateGraph) -> bytes:
     """PNG bytes for inline display in notebooks (IPython.display.Image(png_bytes(g)))."""
     dot = shutil.which("dot")
     if dot is None:
-        raise RuntimeError("PNG diagrams need Graphviz's 'dot': apt-get install graphviz")
+        raise GraphvizMissing("PNG diagrams need Graphviz's 'dot': apt-get install graphviz")
     return subprocess.run([dot, "-Tpng"], input=to_dot(graph).encode(), check=True, capture_output=True).stdout

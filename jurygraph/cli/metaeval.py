@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jurygraph.measuring.metaeval import Level, MethodResult, evaluate_records, run_name, run_records
+from jurygraph.measuring.metaeval import (
+    Level,
+    MethodResult,
+    evaluate_records,
+    run_name,
+    run_records,
+    single_unit_warnings,
+)
 from jurygraph.measuring.metrics import STATISTICS
 from jurygraph.measuring.tables import (
     comparison_table,
@@ -110,6 +117,9 @@ def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"--stats: unknown {', '.join(unknown)}; choose from {', '.join(STATISTICS)}")
     out = Path(args.out) if args.out else None
+    for method in methods:
+        for line in single_unit_warnings(method) if args.resamples else []:
+            print(f"jurygraph: warning: {line}", file=sys.stderr)
     print(report(methods, out, statistics=statistics, plots=bool(args.out) and not args.no_plots))
     by_name = {m.name: m for m in methods}
     for k, pair in enumerate(args.compare or []):

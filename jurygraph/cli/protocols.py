@@ -42,6 +42,24 @@ class ProtocolSetup:
     models: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
 
+    def requests_per_item(self) -> int:
+        """The most model requests one item can cost under these parameters (every format re-ask and loop
+        iteration included): what `eval` shows before a large plan starts, and what a dry run would print."""
+        params = self.params
+        protocol = PROTOCOLS.get(str(params.get("protocol")))
+        count = protocol.requests(params) if protocol and protocol.requests else _by_nodes(self)
+        mode = str(params.get("calibrate") or "")
+        if "mec" in mode:
+            count *= int(params.get("mec_k") or 1)
+        if "bpc" in mode:
+            count *= 2  # both answer orders
+        return count
+
+
+def _by_nodes(setup: ProtocolSetup) -> int:
+    """A protocol without its own plan: two requests (a call and a re-ask) per node, loops not counted."""
+    return 2 * max(1, len(setup.graph.nodes))
+
 
 @dataclass(frozen=True)
 class Option:
@@ -134,6 +152,34 @@ class Protocol:
     pairwise: bool = True
     paper_positions: bool = False
     own_calibration: Callable[[ProtocolSetup, str, argparse.Namespace], ProtocolSetup] | None = None
+    requests: Callable[[dict[str, Any]], int] | None = None  # most requests per item, from the parameters
+
+
+def _panel_size(params: dict[str, Any]) -> int:
+    personas = params.get("personas")
+    if isinstance(personas, str) and personas != "same-role":
+        return len([p for p in personas.split(",") if p.strip()])
+    return int(params.get("agents") or 2)
+
+
+def _chateval_plan(params: dict[str, Any]) -> int:
+    referees, turns = _panel_size(params), int(params.get("turns") or 2)
+    summaries = turns - 1 if params.get("strategy") == "summarizer" else 0
+    return referees * turns + summaries + referees  # every final judgment may be re-asked once
+
+
+def _debate_plan(params: dict[str, Any]) -> int:
+    n = int(params.get("max_iterations") or 1)
+    # n Scorer turns (each may be re-asked) and n Critic reviews, the tie-breaker (and its re-ask), the Commander
+    return 3 * n + (2 if params.get("tie_breaker") else 0) + (1 if params.get("commander_llm") else 0)
+
+
+def _refer_plan(params: dict[str, Any]) -> int:
+    return 2 * int(params.get("peers") or 3) + int(params.get("samples") or 1)  # n samples: n requests at most
+
+
+def _samples_plan(params: dict[str, Any]) -> int:
+    return int(params.get("samples") or 20)
 
 
 def _chateval(args: argparse.Namespace) -> ProtocolSetup:
@@ -205,18 +251,19 @@ def _faireval_baseline(setup: ProtocolSetup, mode: str, args: argparse.Namespace
 
 
 PROTOCOLS: dict[str, Protocol] = {
-    "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True),
-    "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate),
-    "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer),
+    "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True, requests=_chateval_plan),
+    "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate,
+                       requests=_debate_plan),
+    "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan),
     "single": Protocol("Single-Agent baseline: one referee, ChatEval's single-agent prompt (released code; no "
                        "history, role or referee lines)", _single, paper_positions=True,
-                       own_calibration=_faireval_baseline),
+                       own_calibration=_faireval_baseline, requests=lambda params: 2),
     "ensemble": Protocol("Multi-Agent (Ensemble) baseline: one independent referee per persona, no discussion",
-                         _ensemble, paper_positions=True),
+                         _ensemble, paper_positions=True, requests=lambda params: 2 * _panel_size(params)),
     "geval": Protocol("G-Eval: chain-of-thought form filling, expected score", _form_filling(create_geval),
-                      pairwise=False),
+                      pairwise=False, requests=_samples_plan),
     "analyze-rate": Protocol("Analyze-Rate: G-Eval's prompt with an analysis before the rating",
-                             _form_filling(create_analyze_rate), pairwise=False),
+                             _form_filling(create_analyze_rate), pairwise=False, requests=_samples_plan),
 }
 
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from jurygraph.measuring.reasoning import reasoning_report
-from jurygraph.running.runner import read_results
+from jurygraph.running.rundir import read_results
 
 
 def add_command(commands: Any) -> None:

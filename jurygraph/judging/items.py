@@ -53,6 +53,19 @@ def format_score(x: float) -> str:
 SWAP_LABEL: dict[str, str] = {"1": "2", "2": "1", "tie": "tie"}
 
 
+# the spellings benchmarks use for a pairwise preference (Chatbot Arena: model_a/model_b/tie; MT-Bench: A/B)
+_PAIRWISE_SPELLINGS = {
+    "1": "1", "2": "2", "tie": "tie", "a": "1", "b": "2", "model_a": "1", "model_b": "2", "assistant 1": "1",
+    "assistant 2": "2", "assistant_1": "1", "assistant_2": "2", "response_1": "1", "response_2": "2",
+    "response 1": "1", "response 2": "2", "tie (bothbad)": "tie", "draw": "tie", "equal": "tie", "1.0": "1", "2.0": "2",
+}
+
+
+def pairwise_label(value: Any) -> str | None:
+    """'1', '2' or 'tie' for a common spelling of a pairwise preference, None for anything else."""
+    return _PAIRWISE_SPELLINGS.get(str(value).strip().lower())
+
+
 class EvalItem(BaseModel):
     """One thing to judge.
 
@@ -115,9 +128,11 @@ class EvalItem(BaseModel):
                 f"item {self.id!r}: a {self.task.value} item needs {', '.join(repr(m) for m in missing)}"
             )
         if self.human and self.task is TaskKind.PAIRWISE and "label" in self.human:
-            label = str(self.human["label"])
-            if label not in {"1", "2", "tie"}:
-                raise ValueError(f"item {self.id!r}: human label {label!r} must be '1', '2' or 'tie'")
+            label = pairwise_label(self.human["label"])
+            if label is None:
+                raise ValueError(f"item {self.id!r}: human label {self.human['label']!r} must be '1', '2' or 'tie' "
+                                 "(or A/B, model_a/model_b, Assistant 1/2, tie in any case)")
+            self.human = {**self.human, "label": label}
         return self
 
     def swapped(self) -> EvalItem:

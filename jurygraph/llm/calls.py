@@ -24,7 +24,8 @@ from langgraph.runtime import get_runtime
 
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
 from jurygraph.judging.judgments import Judgment
-from jurygraph.llm.models import JuryContext, ResolvedModel
+from jurygraph.llm.models import JuryContext, MissingAPIKey, ResolvedModel
+from jurygraph.llm.redact import redact_text
 
 REASK = "Your reply could not be read ({reason}). Answer again, and output with the following format strictly:\n{form}"
 
@@ -159,26 +160,38 @@ def _in_context(req: ModelRequest, ctx: JuryContext) -> ModelRequest:
 
 def _call_sync(req: ModelRequest, ctx: JuryContext, usage: dict[str, dict[str, Any]]) -> ModelReply:
     req = _in_context(req, ctx)
-    resolved = ctx.model_for(req.agent, req.role)
+    resolved = ctx.model_for(req.agent, req.role)  # a MissingAPIKey here stops a run as ProviderUnavailable does
     plan = _plan(req, resolved, ctx)
     result: Any = None
     try:
         while True:
             kind, payload = plan.send(result)
-            result = _io_sync(kind, payload, req, resolved, ctx, usage)
+            try:
+                result = _io_sync(kind, payload, req, resolved, ctx, usage)
+            except Exception as err:
+                classified = classify_error(err, resolved)
+                if classified is err:
+                    raise
+                raise classified from err
     except StopIteration as stop:
         return stop.value
 
 
 async def _call_async(req: ModelRequest, ctx: JuryContext, usage: dict[str, dict[str, Any]]) -> ModelReply:
     req = _in_context(req, ctx)
-    resolved = ctx.model_for(req.agent, req.role)
+    resolved = ctx.model_for(req.agent, req.role)  # a MissingAPIKey here stops a run as ProviderUnavailable does
     plan = _plan(req, resolved, ctx)
     result: Any = None
     try:
         while True:
             kind, payload = plan.send(result)
-            result = await _io_async(kind, payload, req, resolved, ctx, usage)
+            try:
+                result = await _io_async(kind, payload, req, resolved, ctx, usage)
+            except Exception as err:
+                classified = classify_error(err, resolved)
+                if classified is err:
+                    raise
+                raise classified from err
     except StopIteration as stop:
         return stop.value
 
@@ -312,10 +325,56 @@ def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
 
 
 # Provider clients retry 429, 5xx, timeouts and connection errors themselves (exponential backoff with jitter,
-# honouring Retry-After). A 200 whose body is not JSON (a proxy's error page, a cut connection) they do not:
-# it is transient too, so it is retried here a few times before the call fails.
-_GARBLED = (json.JSONDecodeError,)
+# honouring Retry-After). A 200 whose body is not JSON (a proxy's error page, a cut connection) or that has no
+# choice to read (the client then fails with an IndexError) they do not: it is transient too, so it
+# is retried here a few times before the call fails with one line naming the server.
+_GARBLED = (json.JSONDecodeError, IndexError)
 _GARBLED_RETRIES = 3
+
+
+class ProviderUnavailable(RuntimeError):
+    """A call failed in a way that no retry and no other item escapes: a rejected or missing key, no access,
+    an unknown model, no server at the URL. The runner stops the run at the first one."""
+
+
+class UnreadableResponse(RuntimeError):
+    """The server kept answering 200 with a body that is not a chat completion."""
+
+
+_FATAL_STATUS = {401: "401 Unauthorized (check the API key)", 403: "403 Forbidden (no access to this model)",
+                 404: "404 Not Found (unknown model or wrong URL)"}
+
+
+def _endpoint(resolved: ResolvedModel) -> str:
+    """Where a model's requests go, without credentials, for error lines."""
+    url = getattr(resolved.model, "openai_api_base", None) or resolved.provider or "default endpoint"
+    return redact_text(str(url))
+
+
+def _refused(err: Exception) -> bool:
+    """openai's connection error (after its own retries); a timeout, its subclass, is transient and is not."""
+    try:
+        import openai
+    except ImportError:
+        return False
+    return isinstance(err, openai.APIConnectionError) and not isinstance(err, openai.APITimeoutError)
+
+
+def classify_error(err: Exception, resolved: ResolvedModel) -> Exception:
+    """The error a failed call should raise: ProviderUnavailable for what no other item escapes, a one-line
+    UnreadableResponse for garbled bodies, else the error itself."""
+    where = f"{resolved.label.split(':', 1)[0]} at {_endpoint(resolved)}"
+    if isinstance(err, MissingAPIKey):
+        return err  # already names the variable to set; the runner stops the run on it
+    status = getattr(err, "status_code", None)
+    if status in _FATAL_STATUS:
+        return ProviderUnavailable(f"{where}: {_FATAL_STATUS[status]} for {redact_text(resolved.label)}")
+    kind = type(err).__name__
+    if _refused(err):
+        return ProviderUnavailable(f"{where}: cannot connect ({err.__cause__ or err})")
+    if isinstance(err, _GARBLED) and hasattr(resolved.model, "openai_api_base"):  # an HTTP client's parse error
+        return UnreadableResponse(f"{where}: the response is not a chat completion ({kind}: {err})")
+    return err
 
 
 def _garbled_delay(attempt: int) -> float:

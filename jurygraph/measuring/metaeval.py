@@ -27,7 +27,7 @@ import numpy as np
 
 from jurygraph.measuring import metrics
 from jurygraph.measuring.metrics import Correlation, Interval
-from jurygraph.running.runner import MANIFEST, RESULTS, read_results
+from jurygraph.running.rundir import MANIFEST, RESULTS, read_results
 
 Level = Literal["pooled", "grouped"]
 PAIRWISE_LABELS = ("1", "2", "tie")
@@ -200,6 +200,22 @@ def _units(groups: Sequence[str]) -> tuple[list[str], list[list[int]]]:
     return list(order), list(order.values())
 
 
+MIN_UNITS_FOR_INTERVAL = 2
+
+
+def single_unit_warnings(method: MethodResult) -> list[str]:
+    """One line per result whose confidence interval was left out because it rests on fewer than two units."""
+    lines = []
+    for aspect, result in method.aspects.items():
+        groups = len(_units(result.data.groups)[1])
+        if result.data.predicted and groups < MIN_UNITS_FOR_INTERVAL:
+            lines.append(f"{method.name} / {aspect}: {groups} group only, so no confidence interval "
+                         "(the bootstrap resamples groups: it needs at least 2)")
+    if method.labels is not None and 0 < method.labels.n < MIN_UNITS_FOR_INTERVAL:
+        lines.append(f"{method.name} / {method.labels.kind}: {method.labels.n} item only, so no confidence interval")
+    return lines
+
+
 def score_result(data: ScoreData, level: Level, *, resamples: int = 1000, confidence: float = 0.95,
                  seed: int | None = 0) -> AspectResult:
     """Correlations of one aspect at ``level`` with percentile bootstrap CIs over groups
@@ -207,7 +223,9 @@ def score_result(data: ScoreData, level: Level, *, resamples: int = 1000, confid
     correlation = _correlation_of(data, level)
     _, members = _units(data.groups)
     intervals: dict[str, Interval] = {}
-    if resamples and data.predicted:
+    # resampling a single group (or item) gives the same value every time: an interval [x, x] that claims a
+    # certainty it does not have, so there is none (`metaeval` says why)
+    if resamples and data.predicted and len(members) >= MIN_UNITS_FOR_INTERVAL:
         if level == "grouped":
             # a resample of whole groups only reweights the per-group correlations: compute them once
             per_group = [metrics.correlations([data.predicted[i] for i in rows], [data.human[i] for i in rows])
@@ -237,7 +255,7 @@ def label_result(data: LabelData, *, resamples: int = 1000, confidence: float = 
     labels = PAIRWISE_LABELS if data.kind == "pairwise" else tuple(sorted({*data.predicted, *data.human}))
     pred, gold = data.predicted, data.human
     intervals: dict[str, Interval] = {}
-    if resamples and pred:
+    if resamples and len(pred) >= MIN_UNITS_FOR_INTERVAL:
         def both(draw: Sequence[int]) -> dict[str, float]:
             p, g = [pred[i] for i in draw], [gold[i] for i in draw]
             return {"accuracy": metrics.accuracy(p, g), "kappa": metrics.cohen_kappa(p, g, labels)}

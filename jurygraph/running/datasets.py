@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -109,7 +110,9 @@ def _read_json(path: Path) -> _Source:
         return _Source(path, hashlib.sha256(raw).hexdigest(), json.loads(raw.decode("utf-8")))
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    except json.JSONDecodeError as err:
         raise DatasetError(f"{path}: not valid JSON ({err})") from None
 
 
@@ -248,25 +251,27 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
         raise DatasetError(f"{file}: no such file")
     raw = file.read_bytes()
     dataset = Dataset(file.stem, sha256=hashlib.sha256(raw).hexdigest())
-    mapping = dict(mapping or {})
+    columns, recoded = _split_mapping(mapping or {})
     for number, row in _rows(file, raw, dataset):
         def build(row: Mapping[str, Any] = row, number: int = number) -> dict[str, Any]:
             data: dict[str, Any] = {"task": TaskKind(task).value, **(defaults or {})}
             fields = set(EvalItem.model_fields) - {"human", "meta"}
             for column, value in row.items():
-                if column in mapping.values():
+                if column in columns.values():
                     continue
                 if column in fields or column in ("scale_low", "scale_high") or (
                         column in ("human", "meta") and isinstance(value, Mapping)):
                     data[column] = value
-            for target, column in mapping.items():
+            for target, column in columns.items():
                 if column not in row:
                     raise KeyError(column)
-                _put(data, target, row[column])
+                _put(data, target, recoded.get(target, {}).get(str(row[column]), row[column]))
             data.setdefault("id", str(number))
             if data["task"] == TaskKind.SCORE.value and isinstance(data.get("human"), dict):
                 # an empty cell is no label (the item still loads; metaeval counts it as unlabelled)
-                data["human"] = {k: _numeric(v) for k, v in data["human"].items() if v not in ("", None)} or None
+                # a label that is not a number ("abc") is an error in the file, not a missing label
+                data["human"] = {k: _number(v, f"human.{k}") for k, v in data["human"].items()
+                                 if v not in ("", None)} or None
             for name in ("low", "high"):
                 if f"scale_{name}" in data:
                     data.setdefault("scale", {})[name] = float(data.pop(f"scale_{name}"))
@@ -275,14 +280,21 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
     return dataset
 
 
-def _numeric(value: Any) -> Any:
-    """A CSV cell like "2.5" as a number (human scores of score items; labels are left alone)."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+_VALUE_MAP = re.compile(r"^(?P<target>[^\[\]]+)\[(?P<value>[^\]]*)\]$")
+
+
+def _split_mapping(mapping: Mapping[str, str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Column mappings (``question=prompt``) and value mappings (``human.label[gpt-4]=1``: a cell "gpt-4" of
+    the column mapped to human.label becomes "1")."""
+    columns: dict[str, str] = {}
+    recoded: dict[str, dict[str, str]] = {}
+    for target, source in mapping.items():
+        match = _VALUE_MAP.match(target)
+        if match:
+            recoded.setdefault(match["target"], {})[match["value"]] = source
+        else:
+            columns[target] = source
+    return columns, recoded
 
 
 def _put(data: dict[str, Any], target: str, value: Any) -> None:
@@ -294,7 +306,11 @@ def _put(data: dict[str, Any], target: str, value: Any) -> None:
 
 
 def _rows(file: Path, raw: bytes, dataset: Dataset) -> Iterable[tuple[int, Mapping[str, Any]]]:
-    text = raw.decode("utf-8-sig")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{file}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
+                           "save it as UTF-8") from None
     if file.suffix.lower() == ".csv":
         reader = csv.DictReader(io.StringIO(text, newline=""))
         for row in reader:
@@ -324,6 +340,16 @@ def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: s
                  mapping: Mapping[str, str] | None = None, reverse: bool = False) -> Dataset:
     """A built-in benchmark by name, a file in one of their layouts, or a JSONL/CSV table (with ``task``)."""
     key = str(name_or_path)
+    dataset = _load(key, aspect, task, mapping, reverse)
+    if aspect and dataset.items and all(item.task is TaskKind.PAIRWISE for item in dataset.items):
+        # FairEval-style preferences have no aspects: an --aspect would be silently ignored
+        raise DatasetError(f"{name_or_path}: --aspect {aspect} applies to score datasets; this one holds pairwise "
+                           "preferences")
+    return dataset
+
+
+def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, str] | None,
+          reverse: bool) -> Dataset:
     if key in BUILTIN:
         kind = "topical-chat" if key == "topical_chat" else key
         return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse)

@@ -1,17 +1,14 @@
 """Run a protocol graph over many items: concurrent, durable, resumable, nothing lost, nothing paid twice.
 
-One run directory holds everything about a run::
-
-    RUN_DIR/results.jsonl      one JSON line per item (verdict, judgments, missing count, usage, labels)
-    RUN_DIR/manifest.json      protocol, parameters, models, versions, dataset hash, times, counts, usage,
-                               generation parameters per agent
-    RUN_DIR/checkpoints.sqlite one LangGraph thread per item (thread_id = item id)
-    RUN_DIR/llm_cache.sqlite   every answered model call, so a rerun or resume sends none of them again
+One run directory holds everything about a run (its files: :mod:`jurygraph.running.rundir`); one process at a
+time writes it (a lock held for the whole run).
 
 Items run on asyncio, ``concurrency`` at a time. An item that fails (after the model clients' own
 retries) is written as ``status: "failed"`` with the reason and the run goes on; ``resume=True``
 leaves finished items alone, continues unfinished ones from their last checkpoint and retries failed
-ones, keeping one line per item.
+ones, keeping one line per item. An error that every further item would hit too (a rejected key, an
+unknown model, no server, a full disk) stops the run at its first occurrence with :class:`RunAborted`:
+finished items are kept, unstarted ones stay pending for a resume.
 """
 
 from __future__ import annotations
@@ -20,12 +17,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
-import os
+import errno
 import platform
 import signal
+import sqlite3
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -41,13 +39,31 @@ from langgraph.graph.state import CompiledStateGraph
 
 from jurygraph.judging.items import EvalItem
 from jurygraph.llm.cache import LLMCache
-from jurygraph.llm.models import JuryContext
+from jurygraph.llm.calls import ProviderUnavailable
+from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
+from jurygraph.llm.redact import redact_text, redact_url
+from jurygraph.running.rundir import (
+    CACHE,
+    CHECKPOINTS,
+    MANIFEST,
+    RESULTS,
+    ResultsFile,
+    read_results,
+    run_lock,
+    write_manifest,
+)
 
-RESULTS = "results.jsonl"
-MANIFEST = "manifest.json"
-CHECKPOINTS = "checkpoints.sqlite"
-CACHE = "llm_cache.sqlite"
+__all__ = ["RunAborted", "RunSummary", "arun", "run"]
+
+
+class RunAborted(RuntimeError):
+    """The run stopped early on an error no other item could escape; ``exit_code`` for the command line."""
+
+    def __init__(self, reason: str, exit_code: int = 1) -> None:
+        super().__init__(reason)
+        self.exit_code = exit_code
+        self.summary: RunSummary | None = None  # what the run did before it stopped
 
 
 @dataclass
@@ -60,6 +76,7 @@ class RunSummary:
     missing_verdicts: int = 0
     missing_judgments: int = 0
     requests: int = 0
+    attempts: int = 0  # HTTP requests sent, the clients' retries and failed ones included
     input_tokens: int = 0
     output_tokens: int = 0
     cache_hits: int = 0
@@ -70,43 +87,11 @@ class RunSummary:
 
     def line(self) -> str:
         cost = f", ~${self.cost_usd:.4f}" if self.cost_usd else ""
+        attempts = f" ({self.attempts} attempts)" if self.attempts > self.requests else ""
         return (f"{self.done} done, {self.failed} failed, {self.skipped} already done, "
                 f"{self.missing_verdicts} missing verdicts, {self.missing_judgments} missing judgments; "
-                f"{self.requests} requests, {self.input_tokens}+{self.output_tokens} tokens{cost}; "
+                f"{self.requests} requests{attempts}, {self.input_tokens}+{self.output_tokens} tokens{cost}; "
                 f"{self.seconds:.1f}s -> {self.out_dir}")
-
-
-def read_results(out_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of a run's results.jsonl (a torn last line from a crash is ignored)."""
-    path = Path(out_dir) / RESULTS
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
-    return records
-
-
-class _ResultsFile:
-    """results.jsonl with one line per item: each line is written whole, flushed and synced."""
-
-    def __init__(self, path: Path, keep: Iterable[dict[str, Any]]) -> None:
-        self.path = path
-        tmp = path.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            for record in keep:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-        self._handle = path.open("a", encoding="utf-8")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-
-    def close(self) -> None:
-        self._handle.close()
 
 
 @contextlib.asynccontextmanager
@@ -118,9 +103,17 @@ async def open_checkpointer(target: str | Path) -> AsyncIterator[BaseCheckpointS
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         except ImportError as err:
             raise ImportError("PostgreSQL checkpoints need: pip install 'jurygraph[postgres]'") from err
-        async with AsyncPostgresSaver.from_conn_string(text) as saver:
+        try:
+            opened = AsyncPostgresSaver.from_conn_string(text)
+            saver = await opened.__aenter__()
             await saver.setup()
+        except Exception as err:  # psycopg's OperationalError: no server, bad password, no database
+            first_line = redact_text(str(err)).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConnectionError(f"checkpoint store {redact_url(text)}: {first_line}") from None
+        try:
             yield saver
+        finally:
+            await opened.__aexit__(None, None, None)
         return
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -183,15 +176,30 @@ async def arun(
     graph that already has one. ``checkpoint``: a SQLite path or postgres:// URL (default: in the run
     directory). ``cache``: True for the run directory, a path for a shared cache, False for none.
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
+    Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
+    that every item would hit stopped the run (finished items are kept).
     """
-    started = time.monotonic()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     items = list(items)
     ids = [item.id for item in items]
     duplicates = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
     if duplicates:
         raise ValueError(f"item ids must be unique within a run; repeated: {', '.join(duplicates[:10])}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with run_lock(out):
+        return await _arun_locked(graph, items, out, context=context, concurrency=concurrency,
+                                  checkpoint=checkpoint, cache=cache, resume=resume, progress=progress,
+                                  manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
+
+
+async def _arun_locked(
+    graph: StateGraph | CompiledStateGraph, items: list[EvalItem], out: Path, *, context: JuryContext | None,
+    concurrency: int, checkpoint: str | None, cache: bool | str | Path, resume: bool, progress: bool,
+    manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
+    on_result: Callable[[dict[str, Any]], None] | None, on_token: Callable[[str, str, str], None] | None,
+) -> RunSummary:
+    started = time.monotonic()
+    attempts_before = Counter(http_attempts)
     previous = read_results(out) if resume else []
     if not resume and previous == [] and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
         raise FileExistsError(f"{out / RESULTS} exists: pass resume=True (--resume) or choose another --out")
@@ -201,21 +209,23 @@ async def arun(
     if cache:
         llm_cache = LLMCache(out / CACHE if cache is True else Path(cache))
         base_context = dataclasses.replace(base_context, cache=llm_cache)  # keeps every other field
-    summary = RunSummary(out_dir=str(out), items=len(items), skipped=sum(1 for i in ids if i in finished))
+    summary = RunSummary(out_dir=str(out), items=len(items), skipped=sum(1 for item in items if item.id in finished))
     manifest_data: dict[str, Any] = {
         **(manifest or {}), "started": datetime.now(UTC).isoformat(), "versions": _versions(),
-        "concurrency": concurrency, "items": len(items), "checkpoint": _redact(checkpoint) or CHECKPOINTS,
+        "concurrency": concurrency, "items": len(items),
+        "checkpoint": redact_url(checkpoint) if checkpoint else CHECKPOINTS,
     }
     # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
     manifest_data["ended"] = None
-    _write_manifest(out, manifest_data)
-    results = _ResultsFile(out / RESULTS, finished.values())
+    write_manifest(out, manifest_data)
+    results = ResultsFile(out / RESULTS, finished.values())
     todo = [item for item in items if item.id not in finished]
     usage_totals: dict[str, dict[str, Any]] = {}
     generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
     for record in finished.values():
         _note_generation(generation, record)
     bar = _progress_bar(len(items), summary.skipped, progress)
+    aborted: list[RunAborted] = []
 
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
         app: Any = graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph
@@ -241,17 +251,27 @@ async def arun(
                     values = await _streamed(app, graph_input, config, base_context, item.id, on_token)
                 return _record(item, values, "ok")
             except Exception as err:
+                fatal = _fatal(err)
+                if fatal is not None:
+                    raise fatal from err
                 state = await app.aget_state(config)
-                return _record(item, state.values or {}, "failed", f"{type(err).__name__}: {err}")
+                return _record(item, state.values or {}, "failed", redact_text(f"{type(err).__name__}: {err}"))
 
         async def worker() -> None:
-            while True:
+            while not aborted:
                 try:
                     item = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                record = await judge(item)
-                results.write(record)
+                try:
+                    record = await judge(item)
+                    results.write(record)
+                except RunAborted as stop:
+                    aborted.append(stop)
+                    return
+                except OSError as err:  # the results file: disk full, I/O error
+                    aborted.append(RunAborted(_os_reason(err, out / RESULTS), exit_code=2))
+                    return
                 _tally(summary, usage_totals, record)
                 _note_generation(generation, record)
                 if on_result:
@@ -263,7 +283,15 @@ async def arun(
 
         workers = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, len(todo) or 1)))]
         try:
-            await asyncio.gather(*workers)
+            # the first abort cancels the other workers' items at once: their checkpoints stay for a resume
+            while any(not task.done() for task in workers) and not aborted:
+                await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
+            if aborted:
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+            else:
+                await asyncio.gather(*workers)  # re-raises a worker's unexpected error
         except asyncio.CancelledError:
             summary.interrupted = True
             for task in workers:
@@ -275,6 +303,9 @@ async def arun(
                 bar.close()
 
     summary.seconds = time.monotonic() - started
+    attempts = Counter(http_attempts)
+    attempts.subtract(attempts_before)
+    summary.attempts = sum(max(0, n) for n in attempts.values())
     summary.cost_usd = estimate_cost(usage_totals, prices)
     if llm_cache is not None:
         summary.cache_hits = llm_cache.hits
@@ -283,11 +314,45 @@ async def arun(
         ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
         counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir")},
         usage_by_agent=usage_totals, usage_by_model=_by_model(usage_totals), generation=generation,
+        attempts_by_model={label: n for label, n in attempts.items() if n > 0},
     )
-    _write_manifest(out, manifest_data)
+    if aborted:
+        manifest_data["aborted"] = str(aborted[0])
+    try:
+        write_manifest(out, manifest_data)
+    except OSError as err:
+        # a full disk: the results and checkpoints already hold every finished item; say so, do not crash
+        aborted.append(RunAborted(_os_reason(err, out / MANIFEST), exit_code=2))
+    if aborted:
+        aborted[0].summary = summary
+        raise aborted[0]
     if summary.interrupted:
         raise KeyboardInterrupt(f"run interrupted; resume with --resume {out}")
     return summary
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES}
+
+
+def _fatal(err: BaseException) -> RunAborted | None:
+    """An error every further item would hit too, as a RunAborted; None for an error of this item only."""
+    if isinstance(err, ProviderUnavailable | MissingAPIKey):
+        return RunAborted(str(err), exit_code=1)
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:  # the checkpointer's own error may be wrapped
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in _DISK_ERRNOS:
+            return RunAborted(_os_reason(cause, cause.filename or "the run directory"), exit_code=2)
+        if isinstance(cause, sqlite3.OperationalError) and any(
+                text in str(cause) for text in ("disk is full", "disk I/O error", "readonly database")):
+            return RunAborted(f"checkpoint or cache database: {cause}", exit_code=2)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _os_reason(err: OSError, where: str | Path) -> str:
+    return f"{where}: {err.strerror or err}"
 
 
 async def _streamed(app: Any, graph_input: Any, config: RunnableConfig, context: JuryContext, item_id: str,
@@ -302,21 +367,6 @@ async def _streamed(app: Any, graph_input: Any, config: RunnableConfig, context:
             if isinstance(message, AIMessageChunk) and message.text:
                 on_token(item_id, str(meta.get("langgraph_node", "")), message.text)
     return values
-
-
-def _write_manifest(out: Path, data: Mapping[str, Any]) -> None:
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, out / MANIFEST)
-
-
-def _redact(target: str | None) -> str | None:
-    """A checkpoint URL without its password, for the manifest."""
-    if not target or "://" not in target or "@" not in target:
-        return target
-    scheme, rest = target.split("://", 1)
-    credentials, host = rest.rsplit("@", 1)
-    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
 
 
 def _tally(summary: RunSummary, totals: dict[str, dict[str, Any]], record: dict[str, Any]) -> None:

@@ -27,7 +27,9 @@ Responder = Callable[[dict[str, Any], int], "str | dict[str, Any]"]
 @dataclass
 class Faults:
     """Share of requests that fail, and how. ``script`` forces outcomes in order ("429", "500",
-    "hang", "garbage", "ok") before the random shares apply."""
+    "hang", "garbage", "ok", and the answers no retry fixes: "401", "403", "404", "empty" for a 200 with
+    an empty body, "no-choices" for a 200 with ``choices: []``) before the random shares apply;
+    ``always`` gives every request one outcome (a server with a revoked key answers 401 to everything)."""
 
     rate_429: float = 0.0
     rate_500: float = 0.0
@@ -36,7 +38,17 @@ class Faults:
     retry_after: float = 0.05
     hang_seconds: float = 5.0
     script: list[str] = field(default_factory=list)
+    always: str | None = None
     seed: int = 0
+
+
+# the bodies OpenAI sends with the statuses no retry fixes
+_REFUSALS = {
+    "401": {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"},
+    "403": {"message": "You are not allowed to use this model.", "type": "invalid_request_error"},
+    "404": {"message": "The model does not exist or you do not have access to it.", "type": "invalid_request_error",
+            "code": "model_not_found"},
+}
 
 
 class FakeOpenAIServer:
@@ -85,6 +97,8 @@ class FakeOpenAIServer:
         with self._lock:
             if self.faults.script:
                 return self.faults.script.pop(0)
+            if self.faults.always:
+                return self.faults.always
             roll = self._random.random()
         f = self.faults
         shares = (("429", f.rate_429), ("500", f.rate_500), ("hang", f.rate_hang), ("garbage", f.rate_garbage))
@@ -168,6 +182,12 @@ class FakeOpenAIServer:
                     self._send(504, b'{"error": {"message": "too late"}}')
                 elif outcome == "garbage":
                     self._send(200, b"this is not json {")
+                elif outcome in _REFUSALS:
+                    self._send(int(outcome), json.dumps({"error": _REFUSALS[outcome]}).encode())
+                elif outcome == "empty":
+                    self._send(200, b"")
+                elif outcome == "no-choices":
+                    self._send(200, json.dumps({**server._completion(request), "choices": []}).encode())
                 else:
                     self._send(200, json.dumps(server._completion(request)).encode())
 

@@ -1,0 +1,167 @@
+"""``jurygraph show RUN_DIR ITEM_ID [--json]``: one item's debate as a transcript, read from the checkpoints.
+
+It reads the latest checkpoint of the item's thread (thread_id = item id), which holds the final state
+whether the run kept every step's checkpoint or only the final one: each agent's persona, what every agent
+said in order (the Scorer's revisions, the Critic's objections, the peers' reviews, the area chair's
+samples, the summaries), each parsed judgment, the verdict beside the human label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from jurygraph.cli.preflight import UsageError
+from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
+
+# state keys shown in their own sections; any other key a protocol keeps (DEBATE's scores and reviews...) is
+# listed under "state"
+_SHOWN = {"item", "histories", "transcript", "judgments", "verdict", "usage", "round_buffer"}
+
+
+def add_command(commands: Any) -> None:
+    show = commands.add_parser("show", help="one item of a run as a transcript: turns, judgments, verdict")
+    show.add_argument("run_dir", metavar="RUN_DIR")
+    show.add_argument("item_id", metavar="ITEM_ID")
+    show.add_argument("--json", action="store_true", help="print the item as JSON")
+    show.add_argument("--checkpoint", help="the run's checkpoint store when not RUN_DIR/checkpoints.sqlite "
+                                           "(e.g. its postgres:// URL)")
+    show.set_defaults(handler=cmd_show)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    values = item_state(args.run_dir, args.item_id, args.checkpoint)
+    view = item_view(args.item_id, values)
+    print(json.dumps(view, indent=2, ensure_ascii=False) if args.json else render(view))
+    return 0
+
+
+@contextmanager
+def _read_only_saver(path: Path) -> Iterator[SqliteSaver]:
+    # read-only: looking at a run must never change it (nor create a database where there was none)
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        yield SqliteSaver(conn)
+    finally:
+        conn.close()
+
+
+def item_state(run_dir: str | Path, item_id: str, checkpoint: str | None = None) -> dict[str, Any]:
+    """The latest checkpointed state of an item's thread."""
+    run = Path(run_dir)
+    if read_manifest(run) is None:
+        raise UsageError(f"{run}: no manifest.json (is it a jurygraph run directory?)")
+    target = checkpoint or str(run / CHECKPOINTS)
+    config: Any = {"configurable": {"thread_id": item_id, "checkpoint_ns": ""}}
+    if target.startswith(("postgres://", "postgresql://")):
+        values = _postgres_state(target, config)
+    else:
+        if not Path(target).is_file():
+            raise UsageError(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
+        with _read_only_saver(Path(target)) as saver:
+            found = saver.get_tuple(config)
+        values = dict(found.checkpoint["channel_values"]) if found else None
+    if not values:
+        known = [r["id"] for r in read_results(run)]
+        hint = f" (it has {len(known)} items, e.g. {', '.join(known[:5])})" if known else ""
+        raise UsageError(f"{run}: no item {item_id!r} in the checkpoints{hint}")
+    return values
+
+
+def _postgres_state(url: str, config: Any) -> dict[str, Any] | None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(url) as saver:
+        found = saver.get_tuple(config)
+    return dict(found.checkpoint["channel_values"]) if found else None
+
+
+def _message(message: BaseMessage) -> dict[str, Any]:
+    return {"speaker": message.name or message.type, "type": message.type, "text": message.text}
+
+
+def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The item's state as plain data: item, personas, transcript, judgments, verdict, human label."""
+    item = values.get("item") or {}
+    personas = {}
+    for agent, history in (values.get("histories") or {}).items():
+        system = next((m for m in history if isinstance(m, SystemMessage)), None)
+        if system is not None:
+            personas[agent] = system.text
+    transcript = [_message(m) for m in values.get("transcript") or []]
+    runs = values.get("runs") or {}
+    if not transcript:  # a calibration: each run (answer order, MEC sample) has its own transcript
+        transcript = [{**_message(m), "run": name} for name, run in runs.items() for m in run.get("transcript") or []]
+    if not transcript:  # protocols that keep no shared transcript: each agent's own words, not what it heard
+        transcript = [_message(m) for agent, history in (values.get("histories") or {}).items()
+                      for m in history if m.type == "ai" and _spoken_by(m, agent)]
+    # LangGraph's own channels (join:..., branch:..., __pregel_...) are wiring, not what the agents did
+    extra = {key: value for key, value in values.items()
+             if key not in _SHOWN and not key.startswith("__") and ":" not in key}
+    if runs:  # their transcripts are in the transcript above
+        extra["runs"] = {name: {k: v for k, v in run.items() if k != "transcript"} for name, run in runs.items()}
+    return {"id": item_id, "item": item, "personas": personas, "transcript": transcript,
+            "judgments": values.get("judgments") or {}, "verdict": values.get("verdict"),
+            "human": item.get("human"), "usage": values.get("usage") or {}, "state": _jsonable(extra)}
+
+
+def _spoken_by(message: BaseMessage, agent: str) -> bool:
+    """Whether a message in ``agent``'s history is its own (histories may be namespaced, e.g. ``run/agent``)."""
+    return not message.name or agent == message.name or agent.endswith("/" + message.name)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON; messages kept inside other state (e.g. a calibration's per-order runs) as speaker/text."""
+    return json.loads(json.dumps(value, default=lambda o: _message(o) if isinstance(o, BaseMessage) else str(o)))
+
+
+def _judgment_line(judgment: dict[str, Any]) -> str:
+    if judgment.get("missing"):
+        return f"missing ({judgment.get('reason') or 'unreadable'})"
+    keys = ("label", "score_1", "score_2", "score", "answer")
+    shown = ", ".join(f"{key} {judgment[key]}" for key in keys if judgment.get(key) is not None)
+    return shown + (f" (after {judgment['attempts']} attempts)" if int(judgment.get("attempts") or 1) > 1 else "")
+
+
+def _texts(item: dict[str, Any]) -> list[str]:
+    fields = ("question", "source", "context", "fact", "response", "response_1", "response_2", "options")
+    return [f"{name}: {_indent(str(item[name]))}" for name in fields if item.get(name) not in (None, "", [])]
+
+
+def _indent(text: str, pad: str = "    ") -> str:
+    return text.replace("\n", "\n" + pad)
+
+
+def render(view: dict[str, Any]) -> str:
+    item = view["item"]
+    head = " · ".join(str(x) for x in (view["id"], item.get("task"), item.get("dataset"), item.get("aspect")) if x)
+    lines = [f"item {head}", *_texts(item)]
+    if view["personas"]:
+        lines.append("\npersonas:")
+        lines += [f"  {agent}: {_indent(text)}" for agent, text in view["personas"].items()]
+    lines.append("\ntranscript:")
+    run = None
+    for number, turn in enumerate(view["transcript"], 1):
+        if turn.get("run") != run:
+            run = turn.get("run")
+            lines.append(f"  -- {run} --")
+        lines.append(f"  [{number}] {turn['speaker']}:\n      {_indent(turn['text'], '      ')}")
+    lines.append("\njudgments:")
+    lines += [f"  {agent}: {_judgment_line(j)}" for agent, j in view["judgments"].items()]
+    for key, value in view["state"].items():
+        lines.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
+    verdict = view["verdict"] or {}
+    shown = _judgment_line(verdict) if verdict else "none (the item did not finish)"
+    method = f" [{verdict['method']}]" if verdict.get("method") else ""
+    human = view["human"]
+    human_text = ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
+    lines.append(f"\nverdict: {shown}{method}    human: {human_text}")
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""The run directory: its file names, the manifest, the results file and the one-writer lock.
+
+    RUN_DIR/results.jsonl      one JSON line per item, appended and synced as each item finishes
+    RUN_DIR/manifest.json      what defines the run (protocol, models, dataset, options) and its invocations
+    RUN_DIR/checkpoints.sqlite one LangGraph thread per item (thread_id = item id)
+    RUN_DIR/llm_cache.sqlite   every answered model call
+    RUN_DIR/run.lock           held (flock) by the one process writing the directory
+
+The lock is an ``fcntl.flock`` on ``run.lock``: the kernel drops it when its holder exits, however it
+exits, so a lock left by a killed process never blocks a resume; the file keeps the holder's PID so a
+refused second writer can name it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+RESULTS = "results.jsonl"
+MANIFEST = "manifest.json"
+CHECKPOINTS = "checkpoints.sqlite"
+CACHE = "llm_cache.sqlite"
+LOCK = "run.lock"
+
+
+class RunLocked(RuntimeError):
+    """Another process is writing this run directory."""
+
+
+def read_results(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of a run's results.jsonl (a torn last line from a crash is ignored)."""
+    path = Path(out_dir) / RESULTS
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+def read_manifest(out_dir: str | Path) -> dict[str, Any] | None:
+    """The run's manifest, or None when the directory has none."""
+    path = Path(out_dir) / MANIFEST
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def write_manifest(out_dir: str | Path, data: Mapping[str, Any]) -> None:
+    """Replace the manifest atomically (a crash leaves the old one or the new one, never half of one)."""
+    out = Path(out_dir)
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+
+
+class ResultsFile:
+    """results.jsonl with one line per item: each line is written whole, flushed and synced."""
+
+    def __init__(self, path: Path, keep: Iterable[dict[str, Any]]) -> None:
+        self.path = path
+        tmp = path.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            for record in keep:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+        # unbuffered bytes: a failed write (disk full) leaves nothing queued that close() would retry
+        self._handle: IO[bytes] = path.open("ab", buffering=0)
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        start = self._handle.tell()
+        try:
+            self._handle.write(line)
+            os.fsync(self._handle.fileno())
+        except OSError:
+            # drop a torn line so the file stays one whole record per line
+            with contextlib.suppress(OSError):
+                self._handle.truncate(start)
+            raise
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._handle.close()
+
+
+@contextlib.contextmanager
+def run_lock(out_dir: str | Path) -> Iterator[None]:
+    """Hold the run directory's lock; RunLocked at once (naming the holder's PID) if another process has it."""
+    path = Path(out_dir) / LOCK
+    handle = path.open("a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunLocked(f"{out_dir} is in use by PID {holder} (one writer per run directory; "
+                            "wait for it to finish or stop it, then --resume)") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing the descriptor releases the flock
