@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jurygraph.cli.app import add_model_arguments, context_from_args, key_values
 from jurygraph.cli.metaeval import common_options, evaluate, finish, slug
+from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
 from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.judging.benchmarks import canonical
 from jurygraph.judging.items import TaskKind

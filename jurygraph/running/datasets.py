@@ -22,10 +22,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from jurygraph.judging.aspects import aspects_of, get_aspect
-from jurygraph.judging.items import EvalItem, TaskKind
+from jurygraph.judging.benchmarks import canonical
+from jurygraph.judging.items import SWAP_LABEL, EvalItem, TaskKind
 
-BUILTIN = {"faireval": "faireval.json", "summeval": "summeval.json", "topical-chat": "topical_chat.json",
-           "topical_chat": "topical_chat.json"}
+# the shipped copy of each built-in benchmark (by its canonical name, judging.benchmarks)
+BUILTIN = {"faireval": "faireval.json", "summeval": "summeval.json", "topical-chat": "topical_chat.json"}
 FAIREVAL_LABELS = {"gpt35": "1", "vicuna": "2", "tie": "tie"}
 
 
@@ -153,7 +154,7 @@ def _faireval(source: _Source, reverse: bool) -> Dataset:
             human = {"label": FAIREVAL_LABELS[label]} if label else None
             if reverse:
                 one, two = two, one
-                human = {"label": {"1": "2", "2": "1", "tie": "tie"}[human["label"]]} if human else None
+                human = {"label": SWAP_LABEL[human["label"]]} if human else None
             return {"id": str(row.get("question_id", i)), "task": "pairwise", "dataset": "faireval",
                     "question": _field(row, "question"), "response_1": one, "response_2": two, "human": human,
                     "meta": {"category": row.get("category"), "reversed": reverse}}
@@ -350,8 +351,8 @@ def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: s
 
 def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, str] | None,
           reverse: bool) -> Dataset:
-    if key in BUILTIN:
-        kind = "topical-chat" if key == "topical_chat" else key
+    kind = canonical(key)
+    if kind is not None:
         return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse)
     path = Path(key)
     if path.suffix.lower() in (".jsonl", ".csv"):

@@ -1,0 +1,229 @@
+"""``jurygraph eval``: judge a dataset with a protocol into a run directory; ``--resume`` continues a run with
+the settings its manifest saved (a contradicting option is refused, execution-only ones may change)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
+from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
+from jurygraph.cli.protocols import add_protocol_arguments, build_protocol
+from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
+from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
+from jurygraph.llm.redact import MASK, redact_url
+from jurygraph.running.datasets import load_dataset
+from jurygraph.running.rundir import RESULTS, read_manifest, read_results
+from jurygraph.running.runner import RunAborted, RunSummary, run
+
+# Options that only shape how a run executes: a resume may change them (each invocation is recorded in the
+# manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
+# resume restores it from the manifest and refuses a different value.
+EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
+                  "no_cache", "prices", "quiet", "yes")
+# parser bookkeeping and the run directory itself, never saved as settings
+NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
+# a plan above this many requests per item asks for --yes
+REQUESTS_PER_ITEM_LIMIT = 100
+
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every option of ``eval``: the protocol's, the data's, the models' and the run's."""
+    add_protocol_arguments(parser)
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", help="faireval, summeval, topical-chat, or a file (.json in their layouts, "
+                                        ".jsonl/.csv with --task and --map)")
+    data.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")
+    data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...)")
+    data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
+                      help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
+                           "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")
+    data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
+    data.add_argument("--limit", type=int, help="judge only the first N items")
+    add_model_arguments(parser.add_argument_group("models"))
+    runopts = parser.add_argument_group("run")
+    runopts.add_argument("--out", help="run directory (default: runs/<protocol>-<dataset>)")
+    runopts.add_argument("--resume", metavar="RUN_DIR", help="continue a run: finished items are kept, "
+                                                             "unfinished continue, failed are retried")
+    runopts.add_argument("--concurrency", type=int, default=8, help="items in flight (default 8)")
+    runopts.add_argument("--checkpoint", help="checkpoint store: a SQLite path or a postgres:// URL "
+                                              "(default: RUN_DIR/checkpoints.sqlite)")
+    runopts.add_argument("--cache", help="LLM-call cache file shared between runs (default: in RUN_DIR)")
+    runopts.add_argument("--no-cache", action="store_true", help="do not cache model calls")
+    runopts.add_argument("--prices", help="JSON price table (USD per 1M tokens) merged over the built-in one")
+    runopts.add_argument("--quiet", action="store_true", help="no progress bar")
+    runopts.add_argument("--yes", action="store_true",
+                         help=f"run a plan of more than {REQUESTS_PER_ITEM_LIMIT} requests per item without asking")
+
+
+
+def add_command(commands: Any) -> None:
+    parser = commands.add_parser("eval", help="judge a dataset with a protocol; writes OUT/results.jsonl")
+    add_eval_arguments(parser)
+    parser.set_defaults(handler=lambda args: cmd_eval(args, parser))
+
+
+def explicit_dests(argv: Sequence[str]) -> set[str]:
+    """The options given on an ``eval`` command line (argparse fills defaults in, so parse again without any)."""
+    parser = argparse.ArgumentParser(prog="jurygraph eval", argument_default=argparse.SUPPRESS)
+    add_eval_arguments(parser)
+    for option in parser._actions:
+        option.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(list(argv)[1:])))
+
+
+def _resume_args(args: argparse.Namespace,
+                 parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The run's arguments from its manifest; an execution-only option given now wins, a run-defining one given
+    now must equal the saved value (UsageError naming every conflict, nothing changed)."""
+    manifest = read_manifest(args.resume)
+    if manifest is None:
+        raise UsageError(f"--resume {args.resume}: no manifest.json there (was it a jurygraph run directory?)")
+    saved = dict(manifest.get("cli", {}))
+    saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
+    given = explicit_dests(args.argv)
+    conflicts = []
+    for key in sorted(set(saved) | set(vars(args))):
+        if key in NOT_SETTINGS:
+            continue
+        now, default = getattr(args, key, None), parser.get_default(key)
+        then = saved.get(key, default)  # an option newer than the run: the run had its default
+        if key not in given:
+            setattr(args, key, then)
+        elif key not in EXECUTION_ONLY and _plain(now) != _plain(then):
+            conflicts.append(f"--{key.replace('_', '-')} {_shown(now)} (the run has {_shown(then)})")
+    if conflicts:
+        raise UsageError(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its settings: "
+                         "drop these options, or start a new run with another --out")
+    if args.base_url and MASK in args.base_url and "base_url" not in given:
+        raise UsageError(f"--resume {args.resume}: the run's --base-url had credentials, which are never stored; "
+                         "pass --base-url again")
+    args.out = args.resume
+    return args, manifest
+
+
+def _plain(value: Any) -> Any:
+    """A value as the manifest stores it (tuples become lists), so saved and given values compare equal."""
+    return json.loads(json.dumps(value))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "not set" if value is None else str(value)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option of the invocation (run-defining and execution-only), credentials removed, for the manifest;
+    the protocol's own options under ``protocol_args`` as before."""
+    saved = {key: value for key, value in vars(args).items() if key not in NOT_SETTINGS}
+    if saved.get("base_url"):
+        saved["base_url"] = redact_url(saved["base_url"])
+    saved["protocol_args"] = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
+    return _plain(saved)
+
+
+def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Judge a dataset; exit 1 when items failed or the run was stopped by a provider error (--resume continues
+    it), 2 when the command cannot run (bad options, unreadable files, a busy run directory)."""
+    previous: dict[str, Any] = {}
+    if args.resume:
+        args, previous = _resume_args(args, parser)
+    if not args.dataset:
+        raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
+    validate_numbers(args, args.protocol_dests)
+    parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
+    if args.cache and Path(args.cache).is_dir():
+        raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
+    dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
+                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
+    for error in dataset.errors:
+        print(f"jurygraph: skipped {error}", file=sys.stderr)
+    if not dataset.items:
+        raise UsageError(f"{args.dataset}: no judgeable rows ({len(dataset.errors)} skipped, reasons above)")
+    items = dataset.items[: args.limit] if args.limit else dataset.items
+    setup = build_protocol(args)
+    context = context_from_args(args, setup)
+    if context.default is None and not context.models:
+        raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
+                         "--model NAME --base-url URL, or --model local for the embedded offline model "
+                         "(a smoke-test model: its ratings carry no signal)")
+    per_item = setup.requests_per_item()
+    if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
+        raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
+                         f"{len(items)} items ({args.protocol}: {_params_line(setup.params)}); "
+                         "pass --yes to run it")
+    if uses_local_model(context):
+        try:
+            check_local_model()
+        except (LocalModelUnusable, ModuleNotFoundError) as err:
+            raise UsageError(str(err)) from None  # before any item starts: none would run
+    check_models(context)
+    out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
+    invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),
+                  "execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
+    manifest = {
+        "protocol": args.protocol, "parameters": setup.params, "dataset": {"name": dataset.name,
+        "source": str(args.dataset), "sha256": dataset.sha256, "rows_skipped": len(dataset.errors)},
+        "models": _model_labels(context), "requests_per_item": per_item, "cli": _settings(args),
+        # the run's generation settings; the parameters each agent was called with are in "generation"
+        "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
+        "invocations": [*previous.get("invocations", []), invocation],
+    }
+    prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
+    try:
+        summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
+                      checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
+                      resume=bool(args.resume), progress=not args.quiet, manifest=manifest, prices=prices)
+    except KeyboardInterrupt as stop:
+        print(f"jurygraph: {stop}", file=sys.stderr)
+        return 130
+    except RunAborted as stop:
+        done = stop.summary
+        sent = f" ({done.done} items done, {done.attempts} HTTP requests sent)" if done else ""
+        print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
+              file=sys.stderr)
+        return stop.exit_code
+    _print_summary(summary, out)
+    return 1 if summary.failed else 0
+
+
+def _params_line(params: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in params.items() if key != "protocol" and value is not None)
+
+
+def _model_labels(context: JuryContext) -> dict[str, str]:
+    labels = {name: (m.label if isinstance(m, ModelSpec) else str(m)) for name, m in context.models.items()}
+    if context.default is not None:
+        labels["default"] = context.default.label if isinstance(context.default, ModelSpec) else str(context.default)
+    return labels
+
+
+def _print_summary(summary: RunSummary, out: Path) -> None:
+    records = read_results(out)
+    verdicts: Counter[str] = Counter()
+    for record in records:
+        verdict = record.get("verdict") or {}
+        if record.get("status") != "ok":
+            verdicts["failed"] += 1
+        elif verdict.get("missing"):
+            verdicts["missing"] += 1
+        elif verdict.get("label") is not None:
+            verdicts[f"Assistant {verdict['label']}" if verdict["label"] != "tie" else "tie"] += 1
+        elif verdict.get("score") is not None:
+            verdicts["scored"] += 1
+        elif verdict.get("answer") is not None:
+            verdicts["answered"] += 1
+    print(summary.line())
+    print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
+    for item_id, reason in list(summary.failures.items())[:5]:
+        print(f"  failed {item_id}: {reason}")
+    print(f"results: {out / RESULTS}")
