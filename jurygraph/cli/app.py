@@ -1,5 +1,5 @@
-"""The ``jurygraph`` command: one module per subcommand, each with ``add_command(subparsers)`` that registers
-its subparser with ``set_defaults(handler=fn)``; ``fn(args) -> int`` is the exit code. ``main`` turns the
+"""The ``jurygraph`` command: one module per subcommand (``COMMANDS``), each with ``add_arguments(parser)`` that
+declares its options and ``set_defaults(handler=fn)``; ``fn(args) -> int`` is the exit code. ``main`` turns the
 errors a user can cause into one line and an exit code."""
 
 from __future__ import annotations
@@ -9,50 +9,86 @@ import importlib
 import sqlite3
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from jurygraph.cli.preflight import UsageError, os_error_line
-from jurygraph.llm.models import MissingAPIKey
-from jurygraph.llm.redact import redact_text
-from jurygraph.running.datasets import DatasetError
-from jurygraph.running.rundir import RunLocked
-from jurygraph.running.runner import RunAborted
+if TYPE_CHECKING:
+    from jurygraph.running.runner import RunAborted
 
-COMMAND_MODULES: list[str] = [
-    "jurygraph.cli.eval", "jurygraph.cli.draw", "jurygraph.cli.demo", "jurygraph.cli.bench",
-    "jurygraph.cli.metaeval", "jurygraph.cli.autoprompt", "jurygraph.cli.reasoning_report", "jurygraph.cli.show",
-]
+# command -> (its module, with ``add_arguments(parser)`` and a ``handler`` default; its one-line help). Only the
+# command being run is imported: `jurygraph --help` loads none, `jurygraph metaeval` no LangGraph.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": ("jurygraph.cli.eval", "judge a dataset with a protocol; writes OUT/results.jsonl"),
+    "draw": ("jurygraph.cli.draw", "print or render a protocol's graph"),
+    "demo": ("jurygraph.cli.demo", "watch ChatEval judge 3 FairEval items with the embedded offline model"),
+    "bench": ("jurygraph.cli.bench", "run methods over a benchmark (or read runs) and print the paper-style table "
+                                     "of agreement with humans"),
+    "metaeval": ("jurygraph.cli.metaeval", "agreement with humans of a finished run (RUN_DIR/results.jsonl)"),
+    "autoprompt": ("jurygraph.cli.autoprompt", "generate ReFeR evaluation guidelines from a prompt structure and "
+                                               "labelled examples (Appendix E); writes a prompt file"),
+    "reasoning-report": ("jurygraph.cli.reasoning_report", "accuracy of a reasoning run against gold answers: the "
+                                                           "verdict's, each peer's, the peer majority's (JSON)"),
+    "show": ("jurygraph.cli.show", "one item of a run as a transcript: turns, judgments, verdict"),
+}
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser, with the arguments of the command named in ``argv`` only (none for ``jurygraph --help``)."""
     parser = argparse.ArgumentParser(prog="jurygraph", description="Panels of LLM judges as LangGraph graphs.")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).add_command(commands)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(sub)
     return parser
 
 
+def _one_line_errors() -> tuple[type[BaseException], ...]:
+    """What a user can cause (bad options or files, a busy run directory, a missing key): one line, exit 2.
+    Imported only when an error is being handled, so a command loads no more than it uses."""
+    from jurygraph.cli.preflight import UsageError
+    from jurygraph.llm.models import MissingAPIKey
+    from jurygraph.running.datasets import DatasetError
+    from jurygraph.running.rundir import RunLocked
+
+    return UsageError, RunLocked, DatasetError, MissingAPIKey
+
+
+def _run_aborted() -> tuple[type[RunAborted], ...]:
+    from jurygraph.running.runner import RunAborted
+
+    return (RunAborted,)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args = _parser(argv).parse_args(argv)
     args.argv = argv  # a resume tells the options given now from the defaults
     try:
         return int(args.handler(args))
-    except (UsageError, RunLocked, DatasetError, MissingAPIKey) as err:
-        print(f"jurygraph: {redact_text(str(err))}", file=sys.stderr)
+    except _one_line_errors() as err:
+        print(f"jurygraph: {_redacted(err)}", file=sys.stderr)
         return 2
-    except RunAborted as stop:  # a run started by another command (bench) that stopped on a provider or disk
+    except _run_aborted() as stop:  # a run started by another command (bench) that stopped on a provider or disk
         print(f"jurygraph: stopped: {stop}", file=sys.stderr)
         return stop.exit_code
     except OSError as err:  # unreadable dataset, read-only or full --out, a directory where a file belongs
+        from jurygraph.cli.preflight import os_error_line
+
         print(f"jurygraph: {os_error_line(err)}", file=sys.stderr)
         return 2
     except sqlite3.Error as err:
         print(f"jurygraph: checkpoint or cache database: {err}", file=sys.stderr)
         return 2
     except (ValueError, KeyError, LookupError, ImportError) as err:
-        print(f"jurygraph: {redact_text(str(err))}", file=sys.stderr)
+        print(f"jurygraph: {_redacted(err)}", file=sys.stderr)
         return 2
+
+
+def _redacted(err: BaseException) -> str:
+    from jurygraph.llm.redact import redact_text
+
+    return redact_text(str(err))
 
 
 if __name__ == "__main__":

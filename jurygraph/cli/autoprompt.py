@@ -79,9 +79,7 @@ def generate_guidelines(structure: str, examples: Sequence[EvalItem | dict[str, 
 # --- command line -------------------------------------------------------------------------------
 
 
-def add_command(commands: Any) -> None:
-    cmd = commands.add_parser("autoprompt", help="generate ReFeR evaluation guidelines from a prompt structure "
-                                                 "and labelled examples (Appendix E); writes a prompt file")
+def add_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--task", required=True, metavar="TEXT|@FILE",
                      help="the example prompt structure: task overview, criteria, steps (text, or @file)")
     cmd.add_argument("--examples", required=True, help="labelled examples: topical-chat, summeval, or a "

@@ -95,9 +95,7 @@ def _pairs(values: Sequence[str] | None, what: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def add_command(commands: Any) -> None:
-    bench = commands.add_parser("bench", help="run methods over a benchmark (or read runs) and print the "
-                                              "paper-style table of agreement with humans")
+def add_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--dataset", required=True, help="faireval, summeval, topical-chat, or a file")
     bench.add_argument("--aspects", help="comma-separated aspects (default: the four the papers report)")
     bench.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")

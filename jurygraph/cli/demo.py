@@ -83,8 +83,7 @@ def _verdict_line(record: dict[str, Any]) -> str:
     return f"  item {record['id']}: verdict {verdict.get('label')} ({how}; {scores}); human: {human}"
 
 
-def add_command(commands: Any) -> None:
-    demo = commands.add_parser("demo", help="watch ChatEval judge 3 FairEval items with the embedded offline model")
+def add_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--items", type=int, default=3, help="how many FairEval items (default 3)")
     demo.add_argument("--out", default="runs/demo", help="run directory (default runs/demo)")
     demo.add_argument("--max-tokens", type=int, default=160, help="tokens per referee message (default 160)")

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from jurygraph.cli.preflight import validate_numbers
 from jurygraph.cli.protocols import add_protocol_arguments, build_protocol
 
 
-def add_command(commands: Any) -> None:
-    draw = commands.add_parser("draw", help="print or render a protocol's graph")
+def add_arguments(draw: argparse.ArgumentParser) -> None:
     add_protocol_arguments(draw)
     draw.add_argument("--format", choices=("mermaid", "png", "ascii"), default="mermaid")
     draw.add_argument("--out", help="file to write (default: stdout for mermaid/ascii, <protocol>.png for png)")

@@ -65,8 +65,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 
-def add_command(commands: Any) -> None:
-    parser = commands.add_parser("eval", help="judge a dataset with a protocol; writes OUT/results.jsonl")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_eval_arguments(parser)
     parser.set_defaults(handler=lambda args: cmd_eval(args, parser))
 

@@ -92,8 +92,7 @@ def common_options(parser: argparse.ArgumentParser) -> None:
                         help="statistic the paired tests compare (default spearman)")
 
 
-def add_command(commands: Any) -> None:
-    meta = commands.add_parser("metaeval", help="agreement with humans of a finished run (RUN_DIR/results.jsonl)")
+def add_arguments(meta: argparse.ArgumentParser) -> None:
     meta.add_argument("run_dir", nargs="+", help="run directories; each is one method (NAME=DIR to name it)")
     common_options(meta)
     meta.set_defaults(handler=cmd_metaeval)

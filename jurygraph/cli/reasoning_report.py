@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -9,9 +10,7 @@ from jurygraph.measuring.reasoning import reasoning_report
 from jurygraph.running.rundir import read_results
 
 
-def add_command(commands: Any) -> None:
-    cmd = commands.add_parser("reasoning-report", help="accuracy of a reasoning run against gold answers: the "
-                                                       "verdict's, each peer's, the peer majority's (JSON)")
+def add_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("run_dir", help="a run directory written by `jurygraph eval`")
     cmd.set_defaults(handler=cmd_reasoning_report)
 

@@ -27,8 +27,7 @@ from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
 _SHOWN = {"item", "histories", "transcript", "judgments", "verdict", "usage", "round_buffer"}
 
 
-def add_command(commands: Any) -> None:
-    show = commands.add_parser("show", help="one item of a run as a transcript: turns, judgments, verdict")
+def add_arguments(show: argparse.ArgumentParser) -> None:
     show.add_argument("run_dir", metavar="RUN_DIR")
     show.add_argument("item_id", metavar="ITEM_ID")
     show.add_argument("--json", action="store_true", help="print the item as JSON")
