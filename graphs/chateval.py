@@ -128,6 +128,7 @@ def create_chateval(
     stop_when: StopWhen | None = None,
     consensus_tolerance: float = 0.0,
     record_rounds: bool = False,
+    judge_every_turn: bool = False,
     state_schema: type[Any] = ChatEvalState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -142,7 +143,9 @@ def create_chateval(
     ``stop_when="consensus"`` (jurygraph's own, not the paper's): every referee answers in the final-turn
     form in every round, and after each round a conditional edge goes to the aggregator as soon as the
     panel agrees (pairwise: the same winner; scores: within ``consensus_tolerance``); the verdict's
-    ``detail["rounds"]`` records the round it stopped at. ``record_rounds`` records it without stopping.
+    ``detail["rounds"]`` records the round it stopped at. ``record_rounds`` records it without stopping, and
+    ``judge_every_turn`` asks for the answer form every turn without stopping (for hybrids that edit the
+    hand-overs themselves, e.g. :func:`jurygraph.graphs.devil.create_chateval_devil`).
     """
     if turns < 1:
         raise ValueError("turns must be at least 1")
@@ -160,16 +163,24 @@ def create_chateval(
     builder = StateGraph(state_schema, context_schema=context_schema)
     frame = ChatEvalTemplate(template, final_prompt)
     last = wire_turns(builder, panel, plan, summarize=strategy == "summarizer", summary_mode=summary_mode,
-                      template=frame, summary_template=summary_template, judge_every_turn=stop_when is not None)
+                      template=frame, summary_template=summary_template, judge_every_turn=judge_every_turn or stop_when is not None)
     names = [r.name for r in panel]
     annotate = rounds_detail(names, turns, consensus_tolerance) if stop_when or record_rounds else None
     builder.add_node("aggregate", make_aggregator_node(names, method=aggregate, annotate=annotate))
     builder.add_edge(last, "aggregate")
     builder.add_edge("aggregate", END)
     if stop_when == "consensus":
-        agree = panel_agrees(names, consensus_tolerance)
-        for end_of_turn, _ in turn_boundaries(builder):  # an edit of edges: each hand-over may exit
-            exit_when(builder, end_of_turn, agree, "aggregate", label="consensus")
+        stop_on_consensus(builder, names, consensus_tolerance)
+    return builder
+
+
+def stop_on_consensus(builder: StateGraph, names: Sequence[str], tolerance: float = 0.0,
+                      ends: Sequence[str] | None = None, exit_to: str = "aggregate") -> StateGraph:
+    """Early stop as an edit of edges: each node that ends a turn (``ends``, default every hand-over of
+    :func:`turn_boundaries`) gets a conditional edge to ``exit_to`` when the referees ``names`` agree."""
+    agree = panel_agrees(names, tolerance)
+    for end_of_turn in ends if ends is not None else [end for end, _ in turn_boundaries(builder)]:
+        exit_when(builder, end_of_turn, agree, exit_to, label="consensus")
     return builder
 
 
