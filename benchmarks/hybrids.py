@@ -23,12 +23,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from langgraph.graph import StateGraph  # noqa: E402
+from langgraph.graph import StateGraph
 
-from jurygraph import EvalItem, JuryContext, ModelSpec, create_chateval, create_refer, load_dataset  # noqa: E402
-from jurygraph.graphs import create_chateval_devil, create_refer_discussion  # noqa: E402
-from jurygraph.testing import pairwise_reply  # noqa: E402
-from jurygraph.testing.fake_server import FakeOpenAIServer, prompt_of  # noqa: E402
+from jurygraph import EvalItem, JuryContext, ModelSpec, create_chateval, create_refer, load_dataset
+from jurygraph.graphs import create_chateval_devil, create_refer_discussion
+from jurygraph.testing import pairwise_reply
+from jurygraph.testing.fake_server import FakeOpenAIServer, prompt_of
 
 PEER_RATINGS = {"agree": {"peer_1": 2, "peer_2": 2, "peer_3": 2}, "never": {"peer_1": 1, "peer_2": 2, "peer_3": 3}}
 
@@ -88,7 +88,8 @@ def main() -> int:
     t = args.turns
     rows: list[tuple[str, StateGraph, list[EvalItem], Callable[[str], JuryContext]]] = []
     for strategy in ("one-by-one", "simultaneous", "summarizer"):
-        rows += [(f"chateval {strategy} T={t} (base)", create_chateval(strategy=strategy, turns=t), pairwise, one_model),
+        rows += [(f"chateval {strategy} T={t} (base)", create_chateval(strategy=strategy, turns=t), pairwise,
+                  one_model),
                  (f"chateval {strategy} T={t} --stop-when consensus",
                   create_chateval(strategy=strategy, turns=t, stop_when="consensus"), pairwise, one_model)]
     rows += [(f"chateval one-by-one T={t} --devil", create_chateval_devil(turns=t), pairwise, one_model),

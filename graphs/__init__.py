@@ -18,7 +18,15 @@ from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import ReferState, create_refer
 from jurygraph.graphs.single import create_single_agent
-from jurygraph.graphs.wiring import chain, edges_of, exit_when, insert_after, remove_edge, replace_edges, turn_boundaries
+from jurygraph.graphs.wiring import (
+    chain,
+    edges_of,
+    exit_when,
+    insert_after,
+    remove_edge,
+    replace_edges,
+    turn_boundaries,
+)
 
 __all__ = [
     "STRATEGIES",

@@ -93,8 +93,9 @@ def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[
             nodes = []
             for referee in speakers:
                 node = f"{node_id(referee.name)}_t{t}"
-                builder.add_node(node, make_referee_node(referee, t, final=judge_every_turn or last_turn[referee.name] == t,
-                                                         audience=audience, buffered=buffered, template=template))
+                final = judge_every_turn or last_turn[referee.name] == t
+                builder.add_node(node, make_referee_node(referee, t, final=final, audience=audience,
+                                                         buffered=buffered, template=template))
                 builder.add_edge(previous, node)
                 nodes.append(node)
             if not buffered:
@@ -163,7 +164,8 @@ def create_chateval(
     builder = StateGraph(state_schema, context_schema=context_schema)
     frame = ChatEvalTemplate(template, final_prompt)
     last = wire_turns(builder, panel, plan, summarize=strategy == "summarizer", summary_mode=summary_mode,
-                      template=frame, summary_template=summary_template, judge_every_turn=judge_every_turn or stop_when is not None)
+                      template=frame, summary_template=summary_template,
+                      judge_every_turn=judge_every_turn or stop_when is not None)
     names = [r.name for r in panel]
     annotate = rounds_detail(names, turns, consensus_tolerance) if stop_when or record_rounds else None
     builder.add_node("aggregate", make_aggregator_node(names, method=aggregate, annotate=annotate))
@@ -195,7 +197,8 @@ def panel_agrees(names: Sequence[str], tolerance: float = 0.0) -> Callable[[dict
     return agree
 
 
-def rounds_detail(names: Sequence[str], turns: int, tolerance: float = 0.0) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def rounds_detail(names: Sequence[str], turns: int,
+                  tolerance: float = 0.0) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """What the verdict records about the rounds: how many ran of ``turns``, why it stopped (``consensus``,
     the devil's ``no_issue``, or ``None`` = all rounds), and whether the panel agreed at the end."""
     agree = panel_agrees(names, tolerance)

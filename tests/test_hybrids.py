@@ -3,19 +3,25 @@ advocate, and ReFeR whose peers discuss before the area chair. Who heard what, w
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from jurygraph import EvalItem, JuryContext, verdict_of
+from jurygraph.cli import main
+from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.graphs.devil import create_chateval_devil
 from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.nodes.debate import debate_prompt
 from jurygraph.nodes.devil import DEVIL
 from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import FakeJudge, pairwise_reply
+from jurygraph.testing.fake_server import prompt_of
 
 ITEM = EvalItem(id="q1", task="pairwise", question="Which is better?", response_1="Answer one.",
                 response_2="Answer two.")
@@ -125,7 +131,7 @@ def test_peers_review_alone_then_discuss_one_by_one_and_the_area_chair_reads_the
     chair = FakeJudge(respond=lambda p, m: "Analysis: settled.\nRating: 2", model_name="ac")
     out = create_refer_discussion(rounds=2, peers=2, variant="lite").compile().invoke(
         {"item": TC}, context=JuryContext(models={**models, "area_chair": chair}))
-    review_1, r1_1, r2_1 = models["peer_1"].prompts()
+    review_1, r1_1, _ = models["peer_1"].prompts()
     review_2, r1_2, r2_2 = models["peer_2"].prompts()
     # phase 1 (ReFeR, unchanged): nobody hears anybody
     assert "discussion among" not in review_1 + review_2 and "peer_2 review" not in review_1
@@ -158,3 +164,45 @@ def test_mermaid_peer_discussion(snapshot) -> None:
     # the barrier now waits for every review before the discussion, and the area chair for its last turn
     assert builder.waiting_edges == {(("peer_1", "peer_2", "peer_3"), "peer_1_r1")}
     assert ("peer_3_r2", "area_chair") in builder.edges
+
+
+# --- the command line: one declaration per option, the parameters in the manifest, the request plan ----------
+
+def setup_of(*argv: str) -> ProtocolSetup:
+    parser = argparse.ArgumentParser()
+    add_protocol_arguments(parser)
+    return build_protocol(parser.parse_args(list(argv)))
+
+
+def test_cli_builds_the_hybrids_records_them_and_plans_their_requests() -> None:
+    paper = setup_of("--protocol", "chateval", "--turns", "3")
+    assert not {"stop_when", "devil"} & set(paper.params)  # a paper run's manifest is unchanged
+    assert paper.requests_per_item() == 2 * 3 + 2
+    stop = setup_of("--protocol", "chateval", "--turns", "3", "--stop-when", "consensus")
+    assert stop.params["stop_when"] == "consensus" and stop.params["consensus_tolerance"] == 0
+    assert stop.requests_per_item() == 2 * 3 * 2  # every round's judgment may be re-asked
+    devil = setup_of("--protocol", "chateval", "--turns", "3", "--devil", "--critic", "plain")
+    assert devil.params | {"devil": True, "critic": "plain", "no_issue_rule": "paper"} == devil.params
+    assert {"devil_t1", "devil_t2"} <= set(devil.graph.nodes)
+    assert devil.requests_per_item() == 2 * 3 * 2 + 2
+    refer = setup_of("--protocol", "refer", "--variant", "lite", "--peer-discussion", "2")
+    assert refer.params["peer_discussion"] == 2 and "peer_3_r2" in refer.graph.nodes
+    assert refer.requests_per_item() == 2 * 3 * 3 + 1
+    assert "peer_discussion" not in setup_of("--protocol", "refer").params
+
+
+def test_cli_devil_end_to_end_at_the_local_server(openai_server, tmp_path: Path) -> None:
+    def respond(request: dict, index: int) -> str:
+        prompt = prompt_of(request)
+        if OBJECTION in prompt:
+            return "NO ISSUE"
+        return pairwise_reply(8, 6) if "short and clear, Critic" in prompt else pairwise_reply(6, 8)
+
+    server = openai_server(respond)
+    out = tmp_path / "run"
+    assert main(["eval", "--protocol", "chateval", "--devil", "--turns", "3", "--model", "judge", "--base-url",
+                 server.base_url, "--dataset", "faireval", "--limit", "1", "--out", str(out), "--quiet",
+                 "--no-calibrate"]) == 0
+    assert len(server.requests) == 3  # round 1, then the devil's NO ISSUE
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["devil"] is True and manifest["parameters"]["critic"] == "strict"

@@ -109,7 +109,8 @@ OPTIONS: list[Option] = [
     option("--tie-breaker", action="store_true",
            help="DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE"),
     option("--no-issue-rule", choices=NO_ISSUE_RULES, default="paper",
-           help="DEBATE (and chateval --devil): when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the reply (Algorithm 1, "
+           help="DEBATE (and chateval --devil): when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the "
+                "reply (Algorithm 1, "
                 "default); strict = the token alone on a line or opening the reply"),
     option("--commander-llm", action="store_true",
            help="DEBATE: the Commander's model words its request to the Scorer (one more call)"),
