@@ -18,6 +18,10 @@ paper's and the released configs': temperature 0, 512 max tokens (``--gen`` over
 
 :func:`wire_turns` expresses any mix: each turn is a list of speaking groups, a group speaks
 simultaneously, groups follow one another.
+
+Beyond the paper (opt-in, jurygraph's own): ``stop_when="consensus"`` asks every referee for its judgment
+each turn and turns every hand-over between turns into a conditional edge to the aggregator, taken when the
+panel agrees (:func:`stop_on_consensus`, an edit of the edges :func:`wire_turns` drew).
 """
 
 from __future__ import annotations

@@ -143,10 +143,14 @@ def test_per_order_consensus_under_position_calibration() -> None:
         return pairwise_reply(8, 6) if swapped else pairwise_reply(6, 8)
 
     model = FakeJudge(respond=respond)
-    calibrate(create_chateval(turns=3, stop_when="consensus"), "bpc").compile().invoke(
+    out = calibrate(create_chateval(turns=3, stop_when="consensus"), "bpc").compile().invoke(
         {"item": ITEM}, context=JuryContext(default=model))
     swapped = [p for p in model.prompts() if p.index("Answer two.") < p.index("Answer one.")]
     assert len(model.calls) - len(swapped) == 2 and len(swapped) == 6
+    # the calibrated verdict says where each order stopped
+    runs = out["verdict"]["detail"]["runs"]
+    assert (runs["original_order"]["rounds"], runs["original_order"]["stopped"]) == (1, "consensus")
+    assert (runs["swapped_order"]["rounds"], runs["swapped_order"]["stopped"]) == (3, None)
 
 
 def test_default_is_the_paper_answer_form_on_the_final_turn_only_and_no_exit() -> None:

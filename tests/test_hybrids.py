@@ -206,3 +206,9 @@ def test_cli_devil_end_to_end_at_the_local_server(openai_server, tmp_path: Path)
     assert len(server.requests) == 3  # round 1, then the devil's NO ISSUE
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["parameters"]["devil"] is True and manifest["parameters"]["critic"] == "strict"
+
+
+@pytest.mark.parametrize("name", ["debate/devil_chateval", "refer/discussion"])
+def test_the_new_prompts_say_they_are_jurygraphs_own(name: str) -> None:
+    header = (Path(__file__).parent.parent / "prompts" / f"{name}.txt").read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("#: jurygraph's own text"), header
