@@ -31,9 +31,10 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.graphs.wiring import exit_when, turn_boundaries
+from jurygraph.graphs.wiring import exit_when, replace_edges, turn_boundaries
 from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod, consensus
 from jurygraph.judging.state import JuryState, judgments_of, merge_dicts
 from jurygraph.llm.models import JuryContext
@@ -186,8 +187,27 @@ def stop_on_consensus(builder: StateGraph, names: Sequence[str], tolerance: floa
     :func:`turn_boundaries`) gets a conditional edge to ``exit_to`` when the referees ``names`` agree."""
     agree = panel_agrees(names, tolerance)
     for end_of_turn in ends if ends is not None else [end for end, _ in turn_boundaries(builder)]:
-        exit_when(builder, end_of_turn, agree, exit_to, label="consensus")
+        if end_of_turn.startswith("summarizer_"):
+            check, deliver = _check_before_summary(builder, end_of_turn, names, exit_to)
+            exit_when(builder, check, agree, deliver, label="consensus")
+        else:
+            exit_when(builder, end_of_turn, agree, exit_to, label="consensus")
     return builder
+
+
+def _check_before_summary(builder: StateGraph, summarizer: str, names: Sequence[str],
+                          exit_to: str) -> tuple[str, str]:
+    """With the summarizer, agreement is checked before the round's summary, so an agreeing panel pays for no
+    summary: ``[speakers] -> consensus_tN -> summarizer_tN`` and, for the exit, ``round_N -> exit_to`` (a free
+    delivery, as after the last round, so the transcript keeps the round)."""
+    suffix = summarizer.removeprefix("summarizer_")
+    check, deliver = f"consensus_{suffix}", f"round_{suffix[1:]}"
+    sources = next(s for s, target in builder.waiting_edges if target == summarizer)
+    builder.add_node(check, RunnableLambda(lambda state: {}, name=check))  # a branching point: no update
+    builder.add_node(deliver, make_delivery_node(names, names, deliver))
+    replace_edges(builder, remove=[(s, summarizer) for s in sources],
+                  add=[(sources, check), (check, summarizer), (deliver, exit_to)])
+    return check, deliver
 
 
 def panel_agrees(names: Sequence[str], tolerance: float = 0.0) -> Callable[[dict[str, Any]], bool]:

@@ -78,10 +78,14 @@ def test_devil_hears_the_round_and_the_majority_and_every_referee_hears_the_devi
     assert out["verdict"]["detail"]["rounds"] == 3 and out["verdict"]["detail"]["stopped"] is None
 
 
-def test_no_issue_ends_the_discussion() -> None:
+@pytest.mark.parametrize("strategy", ["one-by-one", "simultaneous", "summarizer"])
+def test_no_issue_ends_the_discussion(strategy: str) -> None:
     referees, devil = devil_panel(["The majority overrates Answer two.", "NO ISSUE"], critic_winner="2")
-    out = run_devil(referees, devil, turns=4)
-    assert len(devil.calls) == 2 and len(referees.calls) == 4  # rounds 1 and 2, then NO ISSUE
+    out = run_devil(referees, devil, turns=4, strategy=strategy, stop_when="consensus")
+    assert len(devil.calls) == 2  # after rounds 1 and 2, then NO ISSUE
+    summaries = 2 if strategy == "summarizer" else 0  # the devil speaks after the round's summary
+    assert len(referees.calls) == 4 + summaries
+    assert f"[{DEVIL}]: The majority overrates Answer two." in devil.calls[1].prompt
     verdict = verdict_of(out)
     assert verdict is not None and verdict.detail["stopped"] == "no_issue" and verdict.detail["rounds"] == 2
     assert out["reviews"] == [{"turn": 1, "no_issue": False}, {"turn": 2, "no_issue": True}]
@@ -95,10 +99,11 @@ def test_no_issue_rule_strict_and_persona_are_debates() -> None:
     assert devil.calls[0].messages[0].text == debate_prompt("critic_plain")
 
 
-def test_an_agreeing_panel_stops_before_the_devil_speaks() -> None:
+@pytest.mark.parametrize("strategy", ["one-by-one", "simultaneous", "summarizer"])
+def test_an_agreeing_panel_stops_before_the_devil_speaks(strategy: str) -> None:
     referees, devil = devil_panel([], critic_winner="1")
-    out = run_devil(referees, devil, turns=3, stop_when="consensus")
-    assert devil.calls == [] and len(referees.calls) == 2
+    out = run_devil(referees, devil, turns=3, stop_when="consensus", strategy=strategy)
+    assert devil.calls == [] and len(referees.calls) == 2  # no devil, and no summary either
     assert out["verdict"]["detail"]["stopped"] == "consensus" and out["verdict"]["label"] == "1"
 
 
