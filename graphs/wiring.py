@@ -2,7 +2,12 @@
 
 Every protocol factory returns an *uncompiled* ``StateGraph``; these helpers change its edges before
 ``compile()``. Node names are ``<agent>_t<turn>`` for ChatEval speakers (``critic_t2``), ``round_<t>``
-and ``summarizer_t<t>`` for deliveries, ``aggregate`` for the verdict.
+and ``summarizer_t<t>`` for deliveries, ``aggregate`` for the verdict (and, in the hybrids, ``devil_t<t>``,
+``consensus_t<t>``, ``peer_<k>_r<round>``).
+
+:func:`turn_boundaries` finds where one turn hands over to the next, :func:`insert_after` puts a node there,
+and :func:`exit_when` makes a hand-over conditional: with them ChatEval's early stop and the devil's advocate
+are a few lines each (``notebooks/02_compose_a_strategy.ipynb`` writes such a protocol by hand).
 """
 
 from __future__ import annotations
