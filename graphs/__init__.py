@@ -1,14 +1,32 @@
 """Protocol graph factories; each returns an uncompiled ``StateGraph``."""
 
 from jurygraph.graphs.calibration import CalibrationState, calibrate
-from jurygraph.graphs.chateval import STRATEGIES, ChatEvalState, create_chateval, strategy_plan, wire_turns
+from jurygraph.graphs.chateval import (
+    STRATEGIES,
+    ChatEvalState,
+    create_chateval,
+    panel_agrees,
+    stop_on_consensus,
+    strategy_plan,
+    wire_turns,
+)
 from jurygraph.graphs.debate import DebateState, create_debate
+from jurygraph.graphs.devil import add_devil, create_chateval_devil
 from jurygraph.graphs.ensemble import create_ensemble
 from jurygraph.graphs.faireval import create_faireval
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
+from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import ReferState, create_refer
 from jurygraph.graphs.single import create_single_agent
-from jurygraph.graphs.wiring import chain, edges_of, remove_edge, replace_edges
+from jurygraph.graphs.wiring import (
+    chain,
+    edges_of,
+    exit_when,
+    insert_after,
+    remove_edge,
+    replace_edges,
+    turn_boundaries,
+)
 
 __all__ = [
     "STRATEGIES",
@@ -16,19 +34,27 @@ __all__ = [
     "ChatEvalState",
     "DebateState",
     "ReferState",
+    "add_devil",
     "calibrate",
     "chain",
     "create_analyze_rate",
     "create_chateval",
+    "create_chateval_devil",
     "create_debate",
     "create_ensemble",
     "create_faireval",
     "create_geval",
     "create_refer",
+    "create_refer_discussion",
     "create_single_agent",
     "edges_of",
+    "exit_when",
+    "insert_after",
+    "panel_agrees",
     "remove_edge",
     "replace_edges",
+    "stop_on_consensus",
     "strategy_plan",
+    "turn_boundaries",
     "wire_turns",
 ]

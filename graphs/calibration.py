@@ -48,6 +48,7 @@ from jurygraph.llm.models import JuryContext
 
 CalibrationMode = Literal["bpc", "mec", "bpc+mec"]
 MODES: tuple[str, ...] = ("bpc", "mec", "bpc+mec")
+ROUND_KEYS = ("rounds", "max_rounds", "stopped")  # what a run that may stop early records in its verdict
 SAMPLE_STRIDE = 1000  # sample offsets of MEC runs are multiples of this, far from a protocol's own indices
 
 
@@ -149,6 +150,9 @@ def _combine_node(runs: list[Run], mode: str) -> RunnableLambda:
         combined = aggregate(judgments, TaskKind.PAIRWISE, "mean")
         per_run = {j.agent: {"missing": True, "reason": j.reason} if j.missing
                    else {"score_1": j.score_1, "score_2": j.score_2, "label": j.label} for j in judgments}
+        for run in runs:  # early stop and the devil's advocate: each order's rounds (issue 14)
+            own = ((stored.get(run.name) or {}).get("verdict") or {}).get("detail") or {}
+            per_run[run.name].update({key: own[key] for key in ROUND_KEYS if key in own})
         detail = {"calibration": mode, "runs": per_run, "runs_missing": combined.n_missing}
         method = {"bpc": "balanced position calibration", "mec": "multiple evidence calibration",
                   "bpc+mec": "balanced position + multiple evidence calibration"}[mode]

@@ -18,18 +18,25 @@ paper's and the released configs': temperature 0, 512 max tokens (``--gen`` over
 
 :func:`wire_turns` expresses any mix: each turn is a list of speaking groups, a group speaks
 simultaneously, groups follow one another.
+
+Beyond the paper (opt-in, jurygraph's own): ``stop_when="consensus"`` asks every referee for its judgment
+each turn and turns every hand-over between turns into a conditional edge to the aggregator, taken when the
+panel agrees (:func:`stop_on_consensus`, an edit of the edges :func:`wire_turns` drew).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod
-from jurygraph.judging.state import JuryState, merge_dicts
+from jurygraph.graphs.wiring import exit_when, replace_edges, turn_boundaries
+from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod, consensus
+from jurygraph.judging.state import JuryState, judgments_of, merge_dicts
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.common import node_id
@@ -44,6 +51,8 @@ from jurygraph.nodes.referee import ChatEvalTemplate, Referee, chateval_personas
 
 Strategy = Literal["one-by-one", "simultaneous", "summarizer"]
 STRATEGIES: tuple[str, ...] = ("one-by-one", "simultaneous", "summarizer")
+StopWhen = Literal["consensus"]
+STOP_WHEN: tuple[str, ...] = ("consensus",)
 TurnPlan = Sequence[Sequence[str]]  # one turn: groups of referee names; a group speaks simultaneously
 
 
@@ -51,6 +60,7 @@ class ChatEvalState(JuryState, total=False):
     round_buffer: Annotated[dict[str, AIMessage], merge_buffer]
     summary: str
     summaries: Annotated[dict[str, str], merge_dicts]  # summary_mode="code": each referee's running summary
+    reviews: Annotated[list[dict[str, Any]], operator.add]  # the devil's advocate's objections (graphs/devil.py)
 
 
 def strategy_plan(strategy: str, names: Sequence[str], turns: int) -> list[TurnPlan]:
@@ -65,13 +75,14 @@ def strategy_plan(strategy: str, names: Sequence[str], turns: int) -> list[TurnP
 def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[TurnPlan], *,
                summarize: bool = False, summary_mode: SummaryMode = "append",
                template: ChatEvalTemplate | None = None, summary_template: str | None = None,
-               after: str = START) -> str:
+               after: str = START, judge_every_turn: bool = False) -> str:
     """Add the speaking nodes of ``plan`` to ``builder`` and wire them; returns the last node.
 
     A group of one referee speaks straight into everyone's history. A group of several speaks in one
     superstep into the round buffer, then a delivery node (or, with ``summarize``, a summarizer node)
     passes the round on. Every referee hears every message, its own included, as in the original code;
-    a referee's last turn in the plan carries the answer form and yields its judgment.
+    a referee's last turn in the plan carries the answer form and yields its judgment (with
+    ``judge_every_turn``, every turn does: early stop and the devil's advocate need each round's judgments).
     """
     by_name = {r.name: r for r in referees}
     audience = [r.name for r in referees]
@@ -87,8 +98,9 @@ def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[
             nodes = []
             for referee in speakers:
                 node = f"{node_id(referee.name)}_t{t}"
-                builder.add_node(node, make_referee_node(referee, t, final=last_turn[referee.name] == t,
-                                                         audience=audience, buffered=buffered, template=template))
+                final = judge_every_turn or last_turn[referee.name] == t
+                builder.add_node(node, make_referee_node(referee, t, final=final, audience=audience,
+                                                         buffered=buffered, template=template))
                 builder.add_edge(previous, node)
                 nodes.append(node)
             if not buffered:
@@ -119,6 +131,10 @@ def create_chateval(
     template: str | None = None,
     final_prompt: str | None = None,
     summary_template: str | None = None,
+    stop_when: StopWhen | None = None,
+    consensus_tolerance: float = 0.0,
+    record_rounds: bool = False,
+    judge_every_turn: bool = False,
     state_schema: type[Any] = ChatEvalState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -129,6 +145,13 @@ def create_chateval(
     referee's model comes from the runtime context by its name, else the ``"referee"`` role. The
     verdict combines the final-turn judgments: scores are averaged; pairwise, ``aggregate="average"``
     (the paper) compares each assistant's mean score, ``"majority"`` votes the referees' labels.
+
+    ``stop_when="consensus"`` (jurygraph's own, not the paper's): every referee answers in the final-turn
+    form in every round, and after each round a conditional edge goes to the aggregator as soon as the
+    panel agrees (pairwise: the same winner; scores: within ``consensus_tolerance``); the verdict's
+    ``detail["rounds"]`` records the round it stopped at. ``record_rounds`` records it without stopping, and
+    ``judge_every_turn`` asks for the answer form every turn without stopping (for hybrids that edit the
+    hand-overs themselves, e.g. :func:`jurygraph.graphs.devil.create_chateval_devil`).
     """
     if turns < 1:
         raise ValueError("turns must be at least 1")
@@ -137,13 +160,81 @@ def create_chateval(
                          "(the released code)")
     if aggregate not in (*AGGREGATE_METHODS, "mean"):
         raise ValueError(f"aggregate must be one of {', '.join(AGGREGATE_METHODS)}, not {aggregate!r}")
+    if stop_when not in (None, *STOP_WHEN):
+        raise ValueError(f"stop_when must be one of {', '.join(STOP_WHEN)} or None, not {stop_when!r}")
+    if consensus_tolerance < 0:
+        raise ValueError("consensus_tolerance must be at least 0")
     panel = chateval_personas(personas, referees)
     plan = strategy_plan(strategy, [r.name for r in panel], turns)
     builder = StateGraph(state_schema, context_schema=context_schema)
     frame = ChatEvalTemplate(template, final_prompt)
     last = wire_turns(builder, panel, plan, summarize=strategy == "summarizer", summary_mode=summary_mode,
-                      template=frame, summary_template=summary_template)
-    builder.add_node("aggregate", make_aggregator_node([r.name for r in panel], method=aggregate))
+                      template=frame, summary_template=summary_template,
+                      judge_every_turn=judge_every_turn or stop_when is not None)
+    names = [r.name for r in panel]
+    annotate = rounds_detail(names, turns, consensus_tolerance) if stop_when or record_rounds else None
+    builder.add_node("aggregate", make_aggregator_node(names, method=aggregate, annotate=annotate))
     builder.add_edge(last, "aggregate")
     builder.add_edge("aggregate", END)
+    if stop_when == "consensus":
+        stop_on_consensus(builder, names, consensus_tolerance)
     return builder
+
+
+def stop_on_consensus(builder: StateGraph, names: Sequence[str], tolerance: float = 0.0,
+                      ends: Sequence[str] | None = None, exit_to: str = "aggregate") -> StateGraph:
+    """Early stop as an edit of edges: each node that ends a turn (``ends``, default every hand-over of
+    :func:`turn_boundaries`) gets a conditional edge to ``exit_to`` when the referees ``names`` agree."""
+    agree = panel_agrees(names, tolerance)
+    for end_of_turn in ends if ends is not None else [end for end, _ in turn_boundaries(builder)]:
+        if end_of_turn.startswith("summarizer_"):
+            check, deliver = _check_before_summary(builder, end_of_turn, names, exit_to)
+            exit_when(builder, check, agree, deliver, label="consensus")
+        else:
+            exit_when(builder, end_of_turn, agree, exit_to, label="consensus")
+    return builder
+
+
+def _check_before_summary(builder: StateGraph, summarizer: str, names: Sequence[str],
+                          exit_to: str) -> tuple[str, str]:
+    """With the summarizer, agreement is checked before the round's summary, so an agreeing panel pays for no
+    summary: ``[speakers] -> consensus_tN -> summarizer_tN`` and, for the exit, ``round_N -> exit_to`` (a free
+    delivery, as after the last round, so the transcript keeps the round)."""
+    suffix = summarizer.removeprefix("summarizer_")
+    check, deliver = f"consensus_{suffix}", f"round_{suffix[1:]}"
+    sources = next(s for s, target in builder.waiting_edges if target == summarizer)
+    builder.add_node(check, RunnableLambda(lambda state: {}, name=check))  # a branching point: no update
+    builder.add_node(deliver, make_delivery_node(names, names, deliver))
+    replace_edges(builder, remove=[(s, summarizer) for s in sources],
+                  add=[(sources, check), (check, summarizer), (deliver, exit_to)])
+    return check, deliver
+
+
+def panel_agrees(names: Sequence[str], tolerance: float = 0.0) -> Callable[[dict[str, Any]], bool]:
+    """A condition on the state: every referee's latest judgment agrees (:func:`consensus`)."""
+    members = tuple(names)
+
+    def agree(state: dict[str, Any]) -> bool:
+        stored = judgments_of(state)
+        return all(n in stored for n in members) and consensus([stored[n] for n in members], tolerance)
+
+    return agree
+
+
+def rounds_detail(names: Sequence[str], turns: int,
+                  tolerance: float = 0.0) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What the verdict records about the rounds: how many ran of ``turns``, why it stopped (``consensus``,
+    the devil's ``no_issue``, or ``None`` = all rounds), and whether the panel agreed at the end."""
+    agree = panel_agrees(names, tolerance)
+
+    def detail(state: dict[str, Any]) -> dict[str, Any]:
+        ran = int(state.get("turn") or 0)
+        reviews = state.get("reviews") or []
+        stopped = None
+        if reviews and reviews[-1].get("no_issue"):
+            stopped = "no_issue"
+        elif ran < turns:
+            stopped = "consensus"
+        return {"rounds": ran, "max_rounds": turns, "stopped": stopped, "consensus": agree(state)}
+
+    return detail

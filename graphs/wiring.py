@@ -2,16 +2,26 @@
 
 Every protocol factory returns an *uncompiled* ``StateGraph``; these helpers change its edges before
 ``compile()``. Node names are ``<agent>_t<turn>`` for ChatEval speakers (``critic_t2``), ``round_<t>``
-and ``summarizer_t<t>`` for deliveries, ``aggregate`` for the verdict.
+and ``summarizer_t<t>`` for deliveries, ``aggregate`` for the verdict (and, in the hybrids, ``devil_t<t>``,
+``consensus_t<t>``, ``peer_<k>_r<round>``).
+
+:func:`turn_boundaries` finds where one turn hands over to the next, :func:`insert_after` puts a node there,
+and :func:`exit_when` makes a hand-over conditional: with them ChatEval's early stop and the devil's advocate
+are a few lines each (``notebooks/02_compose_a_strategy.ipynb`` writes such a protocol by hand).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
-__all__ = ["END", "START", "chain", "edges_of", "remove_edge", "replace_edges"]
+__all__ = ["END", "START", "chain", "edges_of", "exit_when", "insert_after", "remove_edge", "replace_edges",
+           "turn_boundaries"]
+
+_TURN = re.compile(r"(?:_t|^round_)(\d+)(?:_g\d+)?$")
 
 
 def edges_of(builder: StateGraph) -> set[tuple[str, str]]:
@@ -57,3 +67,48 @@ def chain(builder: StateGraph, nodes: Sequence[str], start: str = START, end: st
         previous = node
     if end is not None:
         builder.add_edge(previous, end)
+
+
+def turn_of(node: str) -> int | None:
+    """The discussion turn a node belongs to, from its name (``critic_t2``, ``round_2``, ``summarizer_t2``)."""
+    match = _TURN.search(node)
+    return int(match.group(1)) if match else None
+
+
+def turn_boundaries(builder: StateGraph) -> list[tuple[str, tuple[str, ...]]]:
+    """Where one discussion turn hands over to the next: per turn t (in order), the node that ends turn t and
+    the nodes of turn t + 1 it leads to (one in one-by-one, the whole panel in simultaneous talk)."""
+    handover: dict[str, set[str]] = {}
+    for source, target in edges_of(builder):
+        t_source, t_target = turn_of(source), turn_of(target)
+        if t_source is not None and t_target == t_source + 1:
+            handover.setdefault(source, set()).add(target)
+    return [(s, tuple(sorted(handover[s]))) for s in sorted(handover, key=lambda n: turn_of(n) or 0)]
+
+
+def insert_after(builder: StateGraph, source: str, name: str, node: Any) -> StateGraph:
+    """Add ``node`` right after ``source``: it takes over source's plain out-edges (source -> name -> ...)."""
+    targets = [t for s, t in edges_of(builder) if s == source]
+    builder.add_node(name, node)
+    replace_edges(builder, remove=[(source, t) for t in targets], add=[(source, name), *((name, t) for t in targets)])
+    return builder
+
+
+def exit_when(builder: StateGraph, source: str, condition: Callable[[dict[str, Any]], bool], exit_to: str,
+              label: str = "exit") -> StateGraph:
+    """Turn ``source``'s plain out-edges into a conditional edge: when ``condition(state)`` holds, go to
+    ``exit_to`` (edge labelled ``label`` in the diagram), otherwise on as before (to every old target)."""
+    targets = sorted(t for s, t in edges_of(builder) if s == source)
+    if not targets:
+        raise KeyError(f"{source} has no plain out-edge to make conditional")
+    for target in targets:
+        remove_edge(builder, source, target)
+    ends: dict[Hashable, str] = {label: exit_to, **{t: t for t in targets}}
+
+    def route(state: dict[str, Any]) -> str | list[str]:
+        if condition(state):
+            return label
+        return targets[0] if len(targets) == 1 else list(targets)
+
+    builder.add_conditional_edges(source, route, ends)
+    return builder

@@ -24,8 +24,10 @@ from langgraph.graph.state import CompiledStateGraph
 
 from jurygraph.graphs.chateval import create_chateval
 from jurygraph.graphs.debate import create_debate
+from jurygraph.graphs.devil import create_chateval_devil
 from jurygraph.graphs.ensemble import create_ensemble
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
+from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import create_refer
 from jurygraph.graphs.single import create_single_agent
 
@@ -43,6 +45,11 @@ debate = _compiled(create_debate(), "debate")
 # ReFeR (Narsupalli et al.): 3 peers, area chair with n = 20 samples (Turbo) or 1 (Lite)
 refer_turbo = _compiled(create_refer(variant="turbo"), "refer_turbo")
 refer_lite = _compiled(create_refer(variant="lite"), "refer_lite")
+# beyond the papers (jurygraph's own, opt-in): ChatEval stopping at consensus, ChatEval with DEBATE's Critic as
+# a devil's advocate, ReFeR whose peers discuss one round before the area chair
+chateval_early_stop = _compiled(create_chateval(stop_when="consensus"), "chateval_early_stop")
+chateval_devil = _compiled(create_chateval_devil(), "chateval_devil")
+refer_peer_discussion = _compiled(create_refer_discussion(rounds=1), "refer_peer_discussion")
 # baselines
 single_agent = _compiled(create_single_agent(), "single_agent")
 ensemble = _compiled(create_ensemble(), "ensemble")
@@ -56,6 +63,9 @@ GRAPHS: dict[str, CompiledStateGraph] = {
     "debate": debate,
     "refer_turbo": refer_turbo,
     "refer_lite": refer_lite,
+    "chateval_early_stop": chateval_early_stop,
+    "chateval_devil": chateval_devil,
+    "refer_peer_discussion": refer_peer_discussion,
     "single_agent": single_agent,
     "ensemble": ensemble,
     "geval": geval,

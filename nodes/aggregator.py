@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableLambda
@@ -12,10 +12,11 @@ from jurygraph.judging.items import as_item
 from jurygraph.judging.judgments import Judgment
 
 
-def make_aggregator_node(agents: Sequence[str], name: str = "aggregate", method: str | None = None) -> RunnableLambda:
+def make_aggregator_node(agents: Sequence[str], name: str = "aggregate", method: str | None = None,
+                         annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> RunnableLambda:
     """The verdict over ``agents`` by :func:`jurygraph.judging.aggregation.aggregate`: by default each answer's mean
     score (pairwise), the mean (scores), the majority (choices); ``method="majority"`` votes pairwise labels.
-    A judge with no judgment is missing."""
+    A judge with no judgment is missing. ``annotate(state)`` adds to the verdict's detail (e.g. the rounds run)."""
     members = tuple(agents)
 
     def run(state: dict[str, Any]) -> dict[str, Any]:
@@ -26,6 +27,9 @@ def make_aggregator_node(agents: Sequence[str], name: str = "aggregate", method:
             else Judgment.missing_for(a, item.task, "", "no judgment was recorded for this agent", 0)
             for a in members
         ]
-        return {"verdict": aggregate(judgments, item.task, method).to_state()}
+        verdict = aggregate(judgments, item.task, method)
+        if annotate is not None:
+            verdict = verdict.model_copy(update={"detail": {**verdict.detail, **annotate(state)}})
+        return {"verdict": verdict.to_state()}
 
     return RunnableLambda(run, name=name)

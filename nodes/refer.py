@@ -27,6 +27,7 @@ from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.judging.reasoning import agreement, format_options, is_correct, options_from_question
 from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
 from jurygraph.llm.models import MissingAPIKey
+from jurygraph.nodes.common import render_history, spoken
 from jurygraph.prompts import load_json, load_prompt, load_prompt_file, render, select_template
 
 Feedback = Literal["score", "comment", "both"]
@@ -252,16 +253,29 @@ def number_word(n: int) -> str:
 TemplateChoice = Callable[[EvalItem], ReferTemplate]
 
 
-def make_peer_node(peer: Peer, choose: TemplateChoice) -> RunnableLambda:
+def make_peer_node(peer: Peer, choose: TemplateChoice, *, discussion_round: int | None = None,
+                   audience: Sequence[str] = ()) -> RunnableLambda:
     """A peer: one independent evaluation with the peer prompt. If its model fails for good (after the
-    client's retries) the peer's judgment is missing with the reason and the graph goes on without it."""
+    client's retries) the peer's judgment is missing with the reason and the graph goes on without it.
+
+    ``discussion_round`` (jurygraph's peer discussion, not the paper's): the peer speaks again in that
+    round, with the discussion so far (every message of the ``audience`` peers, in order) appended to its
+    prompt (``prompts/refer/discussion.txt``); its reply is heard by every peer of the ``audience`` and
+    its judgment replaces its earlier one, so the area chair reads the final reviews."""
+    listeners = tuple(audience)
+    discussion = load_prompt("refer/discussion") if discussion_round is not None else ""
 
     def prepare(state: dict[str, Any]) -> tuple[HumanMessage, AnswerForm, dict[str, Any]]:
         item = as_item(state["item"])
         tpl = choose(item)
+        form = tpl.form(item)
         prompt = render(tpl.peer, **item_slots(item, tpl), peer_evaluations="", n_peers="")
+        if discussion:
+            said = [m for m in state.get("transcript") or [] if m.name in listeners]
+            prompt = prompt.rstrip() + "\n" + render(discussion, chat_history=render_history(said), name=peer.name,
+                                                     answer_form=form.reminder)
         params = {**PEER_PARAMS[setting_of(item, tpl)], **peer.params}  # the peer's own overrides win
-        return human_message(prompt, item), tpl.form(item), params
+        return human_message(prompt, item), form, params
 
     def body(state: dict[str, Any]):
         message, form, params = prepare(state)
@@ -269,8 +283,13 @@ def make_peer_node(peer: Peer, choose: TemplateChoice) -> RunnableLambda:
                                                form=form, params=params)
         judgment = reply.judgment
         assert judgment is not None  # a form was given
-        return {"judgments": {peer.name: judgment.to_state()},
-                "histories": {peer.name: [message, reply.message]}, "transcript": [reply.message]}
+        if discussion_round is None:
+            histories = {peer.name: [message, reply.message]}
+            said = reply.message
+        else:
+            said = spoken(AIMessage(reply.message.text, name=peer.name), discussion_round)
+            histories = {**{n: [said] for n in listeners if n != peer.name}, peer.name: [message, said]}
+        return {"judgments": {peer.name: judgment.to_state()}, "histories": histories, "transcript": [said]}
 
     def failed(state: dict[str, Any], err: Exception) -> dict[str, Any]:
         if isinstance(err, CONFIGURATION_ERRORS):
@@ -280,7 +299,8 @@ def make_peer_node(peer: Peer, choose: TemplateChoice) -> RunnableLambda:
         reason = f"peer model failed: {type(err).__name__}: {err}"
         return {"judgments": {peer.name: Judgment.missing_for(peer.name, kind, "", reason, 1).to_state()}}
 
-    return agent_node(body, peer.name, on_failure=failed)
+    name = peer.name if discussion_round is None else f"{peer.name}_r{discussion_round}"
+    return agent_node(body, name, on_failure=failed)
 
 
 def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, samples: int = 20,
@@ -318,10 +338,10 @@ def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, sample
         if samples > 1:
             texts = [m.text for m in reply.samples]
             judgments = list(reply.sample_judgments)
-            spoken = [AIMessage(t, name=name) for t in texts]
+            sampled = [AIMessage(t, name=name) for t in texts]
         else:
             assert reply.judgment is not None
-            texts, judgments, spoken = [reply.message.text], [reply.judgment], [reply.message]
+            texts, judgments, sampled = [reply.message.text], [reply.judgment], [reply.message]
         if use_first:
             texts, judgments = texts[:1], judgments[:1]
         verdict, chosen = area_chair_verdict(item, judgments, texts, peer_judgments)
@@ -329,7 +349,7 @@ def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, sample
             verdict = verdict.model_copy(update={"detail": {**verdict.detail, "first_of": samples}})
         final = _final_judgment(name, item, verdict, judgments, chosen)
         return {"verdict": verdict.to_state(), "judgments": {name: final.to_state()},
-                "histories": {name: [message, *spoken]}, "transcript": spoken}
+                "histories": {name: [message, *sampled]}, "transcript": sampled}
 
     return agent_node(body, name)
 

@@ -377,6 +377,51 @@ first_turn = {who: h for who, h in heard_mixed[:3]}
 assert first_turn == {"Critic": [], "General Public": [], "Scientist": []}  # nobody heard a same-round message
 assert heard_mixed[3] == ("General Public", ["Critic", "General Public", "Scientist"])  # round 1 delivered
 """),
+    md("""
+## Beyond the papers: stop when the panel agrees, and a devil's advocate — `exit_when`, `insert_after`
+
+None of the papers has these; each is a few edge edits. `turn_boundaries` finds where one turn hands over to
+the next; `insert_after` puts a node there (here DEBATE's Critic as a devil's advocate, who objects to the
+panel's majority and is heard by every referee); `exit_when` turns a hand-over into a conditional edge
+(agreement, or the devil's NO ISSUE, goes straight to the aggregator). `judge_every_turn` asks every referee
+for its scores each turn, so there is a majority to check. The whole protocol:
+"""),
+    code("""
+from jurygraph.graphs import exit_when, insert_after, panel_agrees, turn_boundaries
+from jurygraph.nodes.devil import make_devil_node
+
+order = ["General Public", "Scientist", "Critic"]  # the Critic speaks last
+own = create_chateval(personas=order, turns=3, judge_every_turn=True, record_rounds=True)
+for end, _ in turn_boundaries(own):
+    turn = int(end.rsplit("_t", 1)[1])
+    insert_after(own, end, f"devil_t{turn}", make_devil_node(order, turn))
+    exit_when(own, end, panel_agrees(order), "aggregate", label="agree")
+    exit_when(own, f"devil_t{turn}", lambda s: s["reviews"][-1]["no_issue"], "aggregate", label="NO ISSUE")
+draw(own)
+
+
+def with_devil(prompt: str, messages) -> str:
+    if "Object to the current majority" in prompt:  # the devil: one objection, then satisfied
+        return "NO ISSUE" if "[Devil's Advocate]" in prompt else "Assistant 1 is more accurate than you think."
+    return respond(prompt, messages)
+
+
+model = FakeJudge(respond=with_devil)
+state = own.compile().invoke({"item": item}, context=JuryContext(default=model))
+print([m.name for m in state["transcript"]])
+print(verdict_of(state).label, verdict_of(state).detail)
+"""),
+    md("""
+The panel disagrees after turn 1 (the Critic alone prefers Assistant 1), so the devil objects and every
+referee hears it in turn 2; after turn 2 the devil has no issue left and the discussion ends, one turn early.
+The packaged versions are `create_chateval(stop_when="consensus")`, `create_chateval_devil(...)` and
+`create_refer_discussion(rounds=R)` (ReFeR's peers discuss before the area chair), on the command line
+`--stop-when consensus`, `--devil` and `--peer-discussion R`.
+"""),
+    code("""
+assert [m.name for m in state["transcript"]].count("Devil's Advocate") == 2
+assert verdict_of(state).detail["rounds"] == 2 and verdict_of(state).detail["stopped"] == "no_issue"
+"""),
 ]
 
 

@@ -289,7 +289,7 @@ def test_mermaid_diagram(tie: bool, snapshot) -> None:
 def test_every_debate_prompt_file_says_where_it_comes_from() -> None:
     folder = Path(jurygraph.prompts.__file__).parent / "debate"
     files = sorted(folder.glob("*.txt"))
-    assert len(files) == 27
+    assert len(files) == 28  # 27 from the paper and devil_chateval.txt (jurygraph's own, issue 14)
     for path in files:
         header = path.read_text(encoding="utf-8").splitlines()[0]
         assert header.startswith("#: ") and len(header) > 40, path.name

@@ -17,11 +17,13 @@ from typing import Any
 from langgraph.graph import StateGraph
 
 from jurygraph.graphs.calibration import MODES, calibrate
-from jurygraph.graphs.chateval import STRATEGIES, create_chateval
+from jurygraph.graphs.chateval import STOP_WHEN, STRATEGIES, create_chateval
 from jurygraph.graphs.debate import DEFAULT_MAX_ITERATIONS, create_debate
+from jurygraph.graphs.devil import create_chateval_devil
 from jurygraph.graphs.ensemble import create_ensemble
 from jurygraph.graphs.faireval import create_faireval
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
+from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import AREA_CHAIR, VARIANTS, create_refer, variant_samples
 from jurygraph.graphs.single import create_single_agent
 from jurygraph.judging.aggregation import AGGREGATE_METHODS
@@ -87,18 +89,28 @@ OPTIONS: list[Option] = [
     option("--aggregate", choices=AGGREGATE_METHODS, default="average",
            help="ChatEval pairwise verdict: compare each assistant's average score over the referees (default, "
                 "the paper) or a majority vote of their labels"),
+    option("--stop-when", choices=STOP_WHEN, default=None,
+           help="ChatEval (jurygraph's own, not the paper): consensus = judge every round and stop as soon as the "
+                "referees agree (pairwise: the same winner; scores: within --consensus-tolerance)"),
+    option("--consensus-tolerance", type=float, default=0.0,
+           help="ChatEval --stop-when consensus: the largest spread of the referees' scores that counts as "
+                "agreement (default 0)"),
+    option("--devil", action="store_true",
+           help="ChatEval (jurygraph's own): a DEBATE Critic (persona --critic) objects to the panel's majority "
+                "after each turn; NO ISSUE (--no-issue-rule) ends the discussion"),
     option("--no-calibrate", action="store_true",
            help="chateval/single/ensemble on pairwise data: judge one order only (default: both orders, "
                 "--calibrate bpc, as ChatEval's position calibration)"),
     option("--critic", choices=tuple(CRITIC_PERSONAS), default="strict",
-           help="DEBATE: the Critic's persona (default: strict = DEBATE's Devil's Advocate; plain = MultiAgent "
-                "baseline)"),
+           help="DEBATE (and chateval --devil): the Critic's persona (default: strict = DEBATE's Devil's Advocate; "
+                "plain = MultiAgent baseline)"),
     option("--max-iterations", type=int, default=DEFAULT_MAX_ITERATIONS,
            help=f"DEBATE: n, the most Critic reviews (default {DEFAULT_MAX_ITERATIONS})"),
     option("--tie-breaker", action="store_true",
            help="DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE"),
     option("--no-issue-rule", choices=NO_ISSUE_RULES, default="paper",
-           help="DEBATE: when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the reply (Algorithm 1, "
+           help="DEBATE (and chateval --devil): when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the "
+                "reply (Algorithm 1, "
                 "default); strict = the token alone on a line or opening the reply"),
     option("--commander-llm", action="store_true",
            help="DEBATE: the Commander's model words its request to the Scorer (one more call)"),
@@ -112,6 +124,9 @@ OPTIONS: list[Option] = [
     option("--lite-from-turbo", action="store_true",
            help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (the released scripts) instead of "
                 "its own n = 1 request (the paper)"),
+    option("--peer-discussion", type=int, default=0, metavar="R",
+           help="ReFeR (jurygraph's own, not the paper): the peers discuss R rounds one-by-one after their reviews, "
+                "before the area chair reads their final reviews (default 0: no discussion)"),
     option("--feedback", choices=FEEDBACK_MODES, default="score",
            help="ReFeR: what peers pass to the area chair (default: score, the paper's best)"),
     option("--refer-template", default=None,
@@ -165,7 +180,10 @@ def _panel_size(params: dict[str, Any]) -> int:
 def _chateval_plan(params: dict[str, Any]) -> int:
     referees, turns = _panel_size(params), int(params.get("turns") or 2)
     summaries = turns - 1 if params.get("strategy") == "summarizer" else 0
-    return referees * turns + summaries + referees  # every final judgment may be re-asked once
+    devils = turns - 1 if params.get("devil") else 0
+    # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil
+    judged_turns = turns if params.get("stop_when") or params.get("devil") else 1
+    return referees * turns + summaries + devils + referees * judged_turns
 
 
 def _debate_plan(params: dict[str, Any]) -> int:
@@ -175,7 +193,8 @@ def _debate_plan(params: dict[str, Any]) -> int:
 
 
 def _refer_plan(params: dict[str, Any]) -> int:
-    return 2 * int(params.get("peers") or 3) + int(params.get("samples") or 1)  # n samples: n requests at most
+    reviews = 1 + int(params.get("peer_discussion") or 0)  # each peer's review and its discussion turns
+    return 2 * int(params.get("peers") or 3) * reviews + int(params.get("samples") or 1)  # n samples: n requests
 
 
 def _samples_plan(params: dict[str, Any]) -> int:
@@ -183,12 +202,23 @@ def _samples_plan(params: dict[str, Any]) -> int:
 
 
 def _chateval(args: argparse.Namespace) -> ProtocolSetup:
-    graph = create_chateval(referees=args.agents, personas=args.personas, turns=args.turns,
-                            strategy=args.strategy, summary_mode=args.summary_mode, aggregate=args.aggregate)
+    options: dict[str, Any] = {"referees": args.agents, "personas": args.personas, "turns": args.turns,
+                               "strategy": args.strategy, "summary_mode": args.summary_mode,
+                               "aggregate": args.aggregate, "stop_when": args.stop_when,
+                               "consensus_tolerance": args.consensus_tolerance}
+    if args.devil:
+        graph = create_chateval_devil(critic=args.critic, no_issue_rule=args.no_issue_rule, **options)
+    else:
+        graph = create_chateval(**options)
     params = {"strategy": args.strategy, "agents": args.agents, "personas": args.personas, "turns": args.turns,
               "aggregate": args.aggregate}
     if args.strategy == "summarizer":
         params["summary_mode"] = args.summary_mode
+    # the options that depart from the paper are recorded only when chosen, so a paper run's manifest is unchanged
+    if args.stop_when:
+        params.update(stop_when=args.stop_when, consensus_tolerance=args.consensus_tolerance)
+    if args.devil:
+        params.update(devil=True, critic=args.critic, no_issue_rule=args.no_issue_rule)
     return ProtocolSetup(graph, {}, params)
 
 
@@ -201,10 +231,13 @@ def _debate(args: argparse.Namespace) -> ProtocolSetup:
 def _refer(args: argparse.Namespace) -> ProtocolSetup:
     specs = [s.strip() for s in (args.peers or "").split(",") if s.strip()]
     base_url = getattr(args, "base_url", None)
-    graph = create_refer(peers=len(specs) or 3, variant=args.variant,
-                         samples=None if args.variant == "lite" and args.samples in (None, 1) else args.samples,
-                         feedback=args.feedback, template=args.refer_template, prompt_file=args.prompt_file,
-                         lite_from_turbo=args.lite_from_turbo)
+    options: dict[str, Any] = {
+        "peers": len(specs) or 3, "variant": args.variant,
+        "samples": None if args.variant == "lite" and args.samples in (None, 1) else args.samples,
+        "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
+        "lite_from_turbo": args.lite_from_turbo}
+    rounds = args.peer_discussion or 0
+    graph = create_refer_discussion(rounds=rounds, **options) if rounds else create_refer(**options)
     models: dict[str, Any] = {f"peer_{i}": ModelSpec.parse(spec, base_url=base_url)
                               for i, spec in enumerate(specs, 1)}
     if args.area_chair:
@@ -213,6 +246,8 @@ def _refer(args: argparse.Namespace) -> ProtocolSetup:
               "samples": variant_samples(args.variant, args.samples if args.variant == "turbo" else None),
               "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
               "lite_from_turbo": args.lite_from_turbo}
+    if rounds:
+        params["peer_discussion"] = rounds
     return ProtocolSetup(graph, models, params)
 
 

@@ -61,3 +61,17 @@ def aggregate(judgments: Iterable[Judgment], kind: TaskKind, method: AggregateMe
     label = pairwise_label(1, 0) if winner == "1" else pairwise_label(0, 1) if winner == "2" else "tie"
     return Verdict(method="majority", label=label, score_1=s1, score_2=s2, votes=votes,
                    detail={} if scored else {"no_scores": True}, **base)
+
+
+def consensus(judgments: Iterable[Judgment], tolerance: float = 0.0) -> bool:
+    """Does a panel agree (jurygraph's early stop, not in the papers)? Pairwise: every judge names the same
+    winner (or all say tie); scores: the highest and lowest score differ by at most ``tolerance``; choices:
+    the same answer. A missing judgment, or no judgment at all, is never agreement."""
+    readable = list(judgments)
+    if not readable or any(j.missing for j in readable):
+        return False
+    if readable[0].kind is TaskKind.SCORE:
+        scores = [j.score for j in readable]
+        return None not in scores and max(scores) - min(scores) <= tolerance  # type: ignore[type-var,operator]
+    values = {j.label if j.kind is TaskKind.PAIRWISE else j.answer for j in readable}
+    return len(values) == 1 and None not in values
