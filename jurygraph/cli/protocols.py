@@ -41,6 +41,7 @@ class ProtocolSetup:
     graph: StateGraph
     models: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    every_agent_has_a_model: bool = False  # ``models`` covers every agent: no --model needed
 
     def requests_per_item(self) -> int:
         """The most model requests one item can cost under these parameters (every format re-ask and loop
@@ -213,7 +214,7 @@ def _refer(args: argparse.Namespace) -> ProtocolSetup:
               "samples": variant_samples(args.variant, args.samples if args.variant == "turbo" else None),
               "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
               "lite_from_turbo": args.lite_from_turbo}
-    return ProtocolSetup(graph, models, params)
+    return ProtocolSetup(graph, models, params, every_agent_has_a_model=bool(specs and args.area_chair))
 
 
 def _single(args: argparse.Namespace) -> ProtocolSetup:
@@ -247,7 +248,7 @@ def _faireval_baseline(setup: ProtocolSetup, mode: str, args: argparse.Namespace
     graph = create_faireval(k=k, bpc="bpc" in mode, params={"temperature": args.mec_temperature, "max_tokens": 512})
     params = {**setup.params, "calibrate": mode, "calibration_baseline": "faireval", "mec_k": k,
               "mec_temperature": args.mec_temperature}
-    return ProtocolSetup(graph, setup.models, params)
+    return ProtocolSetup(graph, setup.models, params, setup.every_agent_has_a_model)
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -305,7 +306,7 @@ def calibrate_setup(setup: ProtocolSetup, mode: str, args: argparse.Namespace, *
         params["calibration_baseline"] = baseline
     if "mec" in mode:
         params.update(mec_k=args.mec_k, mec_temperature=args.mec_temperature)
-    return ProtocolSetup(graph, setup.models, params)
+    return ProtocolSetup(graph, setup.models, params, setup.every_agent_has_a_model)
 
 
 def _calibrated(setup: ProtocolSetup, protocol: Protocol, args: argparse.Namespace) -> ProtocolSetup:

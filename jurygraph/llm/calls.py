@@ -347,17 +347,43 @@ _FATAL_STATUS = {401: "401 Unauthorized (check the API key)", 403: "403 Forbidde
 
 def _endpoint(resolved: ResolvedModel) -> str:
     """Where a model's requests go, without credentials, for error lines."""
-    url = getattr(resolved.model, "openai_api_base", None) or resolved.provider or "default endpoint"
-    return redact_text(str(url))
+    model = resolved.model
+    url = getattr(model, "openai_api_base", None) or getattr(model, "base_url", None) or resolved.provider
+    return redact_text(str(url or "default endpoint"))
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """The error and what it was raised from (langchain-google-genai wraps google-genai's errors)."""
+    chain: list[BaseException] = []
+    while err is not None and err not in chain and len(chain) < 5:
+        chain.append(err)
+        err = err.__cause__  # type: ignore[assignment]
+    return chain
+
+
+def _status(err: Exception) -> int | None:
+    """The HTTP status of a provider error: openai's ``status_code``, google-genai's ``code``. Gemini answers a
+    wrong API key with 400 API_KEY_INVALID, which no retry fixes either: read as 401."""
+    for cause in _causes(err):
+        status = getattr(cause, "status_code", None) or getattr(cause, "code", None)
+        if isinstance(status, int):
+            return 401 if status == 400 and ("API_KEY_INVALID" in str(cause) or "API key not valid" in str(cause)) \
+                else status
+    return None
 
 
 def _refused(err: Exception) -> bool:
-    """openai's connection error (after its own retries); a timeout, its subclass, is transient and is not."""
+    """A connection error after the client's own retries: openai's, or httpx's under google-genai; a timeout
+    is transient and is not."""
+    import httpx
+
     try:
         import openai
     except ImportError:
-        return False
-    return isinstance(err, openai.APIConnectionError) and not isinstance(err, openai.APITimeoutError)
+        openai = None  # type: ignore[assignment]
+    if openai is not None and isinstance(err, openai.APIConnectionError):
+        return not isinstance(err, openai.APITimeoutError)
+    return any(isinstance(cause, httpx.ConnectError) for cause in _causes(err))
 
 
 def classify_error(err: Exception, resolved: ResolvedModel) -> Exception:
@@ -366,7 +392,7 @@ def classify_error(err: Exception, resolved: ResolvedModel) -> Exception:
     where = f"{resolved.label.split(':', 1)[0]} at {_endpoint(resolved)}"
     if isinstance(err, MissingAPIKey):
         return err  # already names the variable to set; the runner stops the run on it
-    status = getattr(err, "status_code", None)
+    status = _status(err)
     if status in _FATAL_STATUS:
         return ProviderUnavailable(f"{where}: {_FATAL_STATUS[status]} for {redact_text(resolved.label)}")
     kind = type(err).__name__
