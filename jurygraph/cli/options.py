@@ -18,7 +18,7 @@ def key_values(pairs: Sequence[str] | None, what: str) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:
-            raise SystemExit(f"jurygraph: {what} must be KEY=VALUE, got {pair!r}")
+            raise UsageError(f"{what} must be KEY=VALUE, got {pair!r}")
         out[key.strip()] = value.strip()
     return out
 
