@@ -261,3 +261,23 @@ def test_a_missing_gemini_key_names_both_variables(monkeypatch: pytest.MonkeyPat
                  "--limit", "1", "--out", str(tmp_path / "run"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "GOOGLE_API_KEY or GEMINI_API_KEY is not set" in err
+
+
+def test_a_garbled_gemini_body_is_retried_then_named_in_one_line(gemini_server, tmp_path: Path, capsys) -> None:
+    server = gemini_server(lambda request, i: "The score of Assistant 1: 6\nThe score of Assistant 2: 4",
+                           faults=Faults(script=["garbage"]))
+    out = tmp_path / "run"
+    assert main(["eval", "--protocol", "single", "--no-calibrate", "--model",
+                 f"google_genai:{GEMINI}@{server.base_url}", "--dataset", "faireval", "--limit", "1",
+                 "--out", str(out), "--quiet"]) == 0
+    assert server.outcomes == ["garbage", "ok"]  # a 200 that is not JSON is transient: sent again
+    assert read_results(out)[0]["verdict"]["label"] == "1"
+
+    broken = gemini_server(faults=Faults(always="garbage"))
+    code = main(["eval", "--protocol", "single", "--no-calibrate", "--model",
+                 f"google_genai:{GEMINI}@{broken.base_url}", "--dataset", "faireval", "--limit", "1",
+                 "--out", str(tmp_path / "broken"), "--quiet"])
+    assert code == 1
+    (record,) = read_results(tmp_path / "broken")
+    assert record["status"] == "failed"
+    assert record["error"].startswith(f"UnreadableResponse: google_genai at {broken.base_url}: the response is not")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.runtime import get_runtime
 
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
@@ -260,15 +260,18 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
         return _decode(kind, hit, req)
     gate = _gate(ctx, resolved)
 
+    config = _trace(req)
+
     def send() -> Any:
         if kind == "samples":
-            return _samples_sync(model, resolved, messages, req.n, gate)
+            return _samples_sync(model, resolved, messages, req.n, gate, config)
         if kind == "structured":
             with gate:
-                raw = model.with_structured_output(req.form.schema(), include_raw=True).invoke(list(messages))  # type: ignore[union-attr]
+                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                raw = structured.invoke(list(messages), config)
             return raw["raw"], raw["parsed"]
         with gate:
-            return model.invoke(list(messages))
+            return model.invoke(list(messages), config)
 
     out = _retry_sync(send)
     _account(usage, req, resolved, out)
@@ -287,15 +290,18 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
         return _decode(kind, hit, req)
     gate = _gate(ctx, resolved)
 
+    config = _trace(req)
+
     async def send() -> Any:
         if kind == "samples":
-            return await _samples_async(model, resolved, messages, req.n, gate)
+            return await _samples_async(model, resolved, messages, req.n, gate, config)
         if kind == "structured":
             async with gate:
-                raw = await model.with_structured_output(req.form.schema(), include_raw=True).ainvoke(list(messages))  # type: ignore[union-attr]
+                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                raw = await structured.ainvoke(list(messages), config)
             return raw["raw"], raw["parsed"]
         async with gate:
-            return await model.ainvoke(list(messages))
+            return await model.ainvoke(list(messages), config)
 
     out = await _retry_async(send)
     _account(usage, req, resolved, out)
@@ -398,9 +404,14 @@ def classify_error(err: Exception, resolved: ResolvedModel) -> Exception:
     kind = type(err).__name__
     if _refused(err):
         return ProviderUnavailable(f"{where}: cannot connect ({err.__cause__ or err})")
-    if isinstance(err, _GARBLED) and hasattr(resolved.model, "openai_api_base"):  # an HTTP client's parse error
+    if isinstance(err, _GARBLED) and _http_client(resolved.model):  # an HTTP client's parse error
         return UnreadableResponse(f"{where}: the response is not a chat completion ({kind}: {err})")
     return err
+
+
+def _http_client(model: Any) -> bool:
+    """Whether a model speaks HTTP to a provider (its parse errors are a server's garbled body, not a bug)."""
+    return hasattr(model, "openai_api_base") or type(model).__name__ == "ChatGoogleGenerativeAI"
 
 
 def _garbled_delay(attempt: int) -> float:
@@ -448,27 +459,34 @@ class _NoGate:
 _NO_GATE = _NoGate()
 
 
+def _trace(req: ModelRequest) -> RunnableConfig:
+    """The agent's name and role on its model call's trace (LangSmith metadata and tags; inert untraced)."""
+    return {"tags": [f"agent:{req.agent}"], "metadata": {"agent": req.agent, "role": req.role}}
+
+
 def _samples_sync(model: Any, resolved: ResolvedModel, messages: Sequence[BaseMessage], n: int,
-                  gate: Any) -> list[AIMessage]:
+                  gate: Any, config: RunnableConfig) -> list[AIMessage]:
     if resolved.native_n:
         with gate:
-            return [g.message for g in model.generate([list(messages)], n=n).generations[0]]
+            result = model.generate([list(messages)], n=n, tags=config["tags"], metadata=config["metadata"])
+            return [g.message for g in result.generations[0]]
     samples = []
     for _ in range(n):
         with gate:
-            samples.append(model.invoke(list(messages)))
+            samples.append(model.invoke(list(messages), config))
     return samples
 
 
 async def _samples_async(model: Any, resolved: ResolvedModel, messages: Sequence[BaseMessage], n: int,
-                         gate: Any) -> list[AIMessage]:
+                         gate: Any, config: RunnableConfig) -> list[AIMessage]:
     if resolved.native_n:
         async with gate:
-            return [g.message for g in (await model.agenerate([list(messages)], n=n)).generations[0]]
+            result = await model.agenerate([list(messages)], n=n, tags=config["tags"], metadata=config["metadata"])
+            return [g.message for g in result.generations[0]]
 
     async def one() -> AIMessage:
         async with gate:
-            return await model.ainvoke(list(messages))
+            return await model.ainvoke(list(messages), config)
 
     return list(await asyncio.gather(*(one() for _ in range(n))))
 
