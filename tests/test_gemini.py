@@ -194,7 +194,10 @@ def test_debate_with_a_gemini_critic(openai_server, gemini_server, tmp_path: Pat
 
 # --- --base-url with a google_genai: spec, structured output ---
 
-def test_base_url_serves_a_google_genai_model_with_structured_output(gemini_server, tmp_path: Path) -> None:
+def test_base_url_serves_a_google_genai_model_with_structured_output(gemini_server, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_API_KEY")  # GEMINI_API_KEY alone is enough
+
     def responder(request: dict[str, Any], i: int) -> str:
         assert wants_json(request)
         return json.dumps({"evidence": "Answer 2 is more precise.", "score_assistant_1": 3, "score_assistant_2": 8})
@@ -206,6 +209,7 @@ def test_base_url_serves_a_google_genai_model_with_structured_output(gemini_serv
                  "--out", str(out), "--quiet"])
     assert code == 0
     (request,) = server.requests
+    assert server.headers[0]["x-goog-api-key"] == GEMINI_KEY
     config = request["generationConfig"]
     assert config["responseMimeType"] == "application/json"
     schema = config["responseJsonSchema"]["properties"]
@@ -214,6 +218,7 @@ def test_base_url_serves_a_google_genai_model_with_structured_output(gemini_serv
     assert record["verdict"]["label"] == "2"
     assert json.loads((out / "manifest.json").read_text())["models"]["default"] == \
         f"google_genai:{GEMINI}@{server.base_url}"
+    assert_no_key_in(out)
 
 
 def test_one_base_url_for_both_providers_is_refused(capsys) -> None:

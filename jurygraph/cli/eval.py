@@ -150,8 +150,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not dataset.items:
         raise UsageError(f"{args.dataset}: no judgeable rows ({len(dataset.errors)} skipped, reasons above)")
     items = dataset.items[: args.limit] if args.limit else dataset.items
+    setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
     check_task(args.protocol, {str(item.task) for item in items}, str(args.dataset))
-    setup = build_protocol(args)
     context = context_from_args(args, setup)
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
