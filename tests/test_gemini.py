@@ -286,3 +286,25 @@ def test_a_garbled_gemini_body_is_retried_then_named_in_one_line(gemini_server, 
     (record,) = read_results(tmp_path / "broken")
     assert record["status"] == "failed"
     assert record["error"].startswith(f"UnreadableResponse: google_genai at {broken.base_url}: the response is not")
+
+
+def test_the_live_view_streams_from_gemini(gemini_server, tmp_path: Path) -> None:
+    """The runner's live view (``on_token``, as in ``jurygraph demo``) makes the client stream:
+    ``:streamGenerateContent?alt=sse``, whose chunks are shown as they come and whose usage is counted once."""
+    from jurygraph import JuryContext, create_single_agent
+    from jurygraph.running.datasets import load_dataset
+    from jurygraph.running.runner import run
+
+    reply = "Evidence: both fine.\nThe score of Assistant 1: 6\nThe score of Assistant 2: 4"
+    server = gemini_server(lambda request, i: reply)
+    tokens: list[str] = []
+    summary = run(create_single_agent(), load_dataset("faireval").items[:1], out_dir=tmp_path / "run",
+                  context=JuryContext(default=f"google_genai:{GEMINI}@{server.base_url}"), progress=False,
+                  on_token=lambda item, node, text: tokens.append(text))
+    assert summary.done == 1
+    assert server.paths == [f"/v1beta/models/{GEMINI}:streamGenerateContent?alt=sse"]
+    assert len(tokens) == 2 and "".join(tokens) == reply
+    (record,) = read_results(tmp_path / "run")
+    assert record["verdict"]["label"] == "1"
+    assert record["usage"]["Single Agent"]["output_tokens"] == words(reply)
+    assert record["usage"]["Single Agent"]["input_tokens"] == gemini_prompt_words(server.requests[0])

@@ -6,8 +6,9 @@ candidates, ``usageMetadata`` (a token per word, the prompt counted once per req
 request with ``generationConfig.responseMimeType: application/json`` gets the responder's text as is (the
 responder decides the JSON, as the OpenAI fake leaves ``response_format`` to it). Faults, latency and the
 request log are :class:`~jurygraph.testing.fake_server.FakeServer`'s; errors use Gemini's error body
-(``{"error": {"code", "message", "status"}}``). ``:streamGenerateContent`` is not served: the client only
-streams when asked to, and jurygraph never asks.
+(``{"error": {"code", "message", "status"}}``). ``:streamGenerateContent?alt=sse`` (what the client sends
+when a caller streams, e.g. the runner's live view ``on_token``) gets the same answer as server-sent events:
+the text in two chunks, the finish reason and the usage on the last.
 
 The responder is called as for the OpenAI fake, ``responder(request, candidate_index)``, with the request body
 plus the model name from the URL under ``"model"``; ``prompt_of`` reads both providers' requests.
@@ -23,7 +24,8 @@ from typing import Any, ClassVar
 
 from jurygraph.testing.fake_server import FakeServer, reply_parts
 
-_ENDPOINT = re.compile(r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:?]+):generateContent(?:\?.*)?$")
+_ENDPOINT = re.compile(r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:?]+):(?P<method>generateContent|"
+                       r"streamGenerateContent)(?:\?.*)?$")
 
 # Gemini's status names for the HTTP statuses the fake answers with
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
@@ -72,6 +74,18 @@ class FakeGeminiServer(FakeServer):
         return {"candidates": candidates, "modelVersion": model,
                 "usageMetadata": {"promptTokenCount": prompt_words, "candidatesTokenCount": completion_words,
                                   "totalTokenCount": prompt_words + completion_words}}
+
+    def _stream(self, path: str, request: dict[str, Any], model: str) -> list[dict[str, Any]] | None:
+        if ":streamGenerateContent" not in path:
+            return None
+        whole = self._completion(request, model)
+        text = whole["candidates"][0]["content"]["parts"][0]["text"]
+        half = len(text) // 2
+        first = {"candidates": [{"content": {"role": "model", "parts": [{"text": text[:half]}]}, "index": 0}],
+                 "modelVersion": model}
+        last = {**whole, "candidates": [{**whole["candidates"][0],
+                                         "content": {"role": "model", "parts": [{"text": text[half:]}]}}]}
+        return [first, last]
 
     def _no_answer(self, request: dict[str, Any], model: str) -> dict[str, Any]:
         # a prompt blocked by safety filters: no candidates, only feedback

@@ -135,6 +135,10 @@ class FakeServer:
         """A 200 with nothing to read (``no-choices``)."""
         raise NotImplementedError
 
+    def _stream(self, path: str, request: dict[str, Any], model: str) -> list[dict[str, Any]] | None:
+        """The chunks of a streamed answer when the request asks to stream, else None (a plain JSON answer)."""
+        return None
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -199,8 +203,19 @@ class FakeServer:
                     self._send(200, b"")
                 elif outcome == "no-choices":
                     self._json(200, server._no_answer(request, model))
+                elif (chunks := server._stream(self.path, request, model)) is not None:
+                    self._events(chunks)
                 else:
                     self._json(200, server._completion(request, model))
+
+            def _events(self, chunks: list[dict[str, Any]]) -> None:
+                """A streamed answer as server-sent events, one ``data:`` line per chunk."""
+                body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n" for chunk in chunks)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         return Handler
 
