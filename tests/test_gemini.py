@@ -308,3 +308,24 @@ def test_the_live_view_streams_from_gemini(gemini_server, tmp_path: Path) -> Non
     assert record["verdict"]["label"] == "1"
     assert record["usage"]["Single Agent"]["output_tokens"] == words(reply)
     assert record["usage"]["Single Agent"]["input_tokens"] == gemini_prompt_words(server.requests[0])
+
+
+def test_a_notebook_invoke_reaches_gemini_through_the_sync_client(gemini_server) -> None:
+    """``graph.invoke`` (no event loop) uses the client's sync HTTP path; its attempts are counted as well."""
+    from jurygraph import JuryContext, create_debate, verdict_of
+    from jurygraph.llm.models import http_attempts
+    from jurygraph.running.datasets import load_dataset
+
+    def responder(request: dict[str, Any], i: int) -> str:
+        system = json.dumps(request.get("systemInstruction") or {})
+        return "Rationale.\n- Coherence: 3" if "Logically think to score" in system else "NO ISSUE"
+
+    server = gemini_server(responder, faults=Faults(script=["429"]))
+    label = f"google_genai:{GEMINI}@{server.base_url}"
+    before = http_attempts[label]
+    item = load_dataset("summeval", aspect="coherence").items[0]
+    out = create_debate().compile().invoke({"item": item}, context=JuryContext(default=label))
+    assert verdict_of(out).score == 3
+    assert server.outcomes == ["429", "ok", "ok"]  # Scorer (retried once), Critic
+    assert http_attempts[label] - before == 3
+    assert "Logically think to score" in json.dumps(server.requests[0]["systemInstruction"])

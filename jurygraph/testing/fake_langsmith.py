@@ -13,36 +13,26 @@ import json
 import threading
 from email.parser import BytesParser
 from email.policy import HTTP
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from jurygraph.testing.fake_server import LocalServer
 
 
-class FakeLangSmith:
+class FakeLangSmith(LocalServer):
+    name = "fake-langsmith"
+
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
         self.paths: list[str] = []
         self.api_keys: set[str] = set()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        super().__init__(self._handler())
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> Self:
-        threading.Thread(target=self._server.serve_forever, name="fake-langsmith", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        """What to set ``LANGSMITH_ENDPOINT`` to."""
+        return self.root_url
 
     def _merge(self, run_id: str, field: str | None, value: Any) -> None:
         with self._lock:

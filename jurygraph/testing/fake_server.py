@@ -53,28 +53,13 @@ _REFUSALS = {
 }
 
 
-class FakeServer:
-    """What every fake provider shares: the faults, the request log, latency, 127.0.0.1 and the HTTP plumbing.
-    A provider subclass says which paths it answers (``_model_of``), what a reply and an error look like."""
+class LocalServer:
+    """An HTTP server on 127.0.0.1 in a daemon thread: ``with`` it, or ``start()``/``stop()``."""
 
     name = "fake"
-    # status -> the provider's error body for the answers no retry fixes
-    refusals: ClassVar[dict[str, dict[str, Any]]] = {}
 
-    def __init__(self, responder: Responder | None = None, *, latency: float = 0.0,
-                 faults: Faults | None = None, port: int = 0) -> None:
-        self.responder = responder or (lambda request, i: "The score of Assistant 1: 5\nThe score of Assistant 2: 5")
-        self.latency = latency
-        self.faults = faults or Faults()
-        self.requests: list[dict[str, Any]] = []  # every request body, as sent
-        self.paths: list[str] = []  # and its URL path
-        self.headers: list[dict[str, str]] = []  # and its headers (lower-case names)
-        self.outcomes: list[str] = []
-        self.in_flight = 0
-        self.max_in_flight = 0  # the most requests the server was handling at once
-        self._lock = threading.Lock()
-        self._random = random.Random(self.faults.seed)
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+    def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._server.daemon_threads = True
         self._server.request_queue_size = 1024
         self._thread: threading.Thread | None = None
@@ -97,6 +82,29 @@ class FakeServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class FakeServer(LocalServer):
+    """What every fake provider shares: the faults, the request log, latency, 127.0.0.1 and the HTTP plumbing.
+    A provider subclass says which paths it answers (``_model_of``), what a reply and an error look like."""
+
+    # status -> the provider's error body for the answers no retry fixes
+    refusals: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, responder: Responder | None = None, *, latency: float = 0.0,
+                 faults: Faults | None = None, port: int = 0) -> None:
+        self.responder = responder or (lambda request, i: "The score of Assistant 1: 5\nThe score of Assistant 2: 5")
+        self.latency = latency
+        self.faults = faults or Faults()
+        self.requests: list[dict[str, Any]] = []  # every request body, as sent
+        self.paths: list[str] = []  # and its URL path
+        self.headers: list[dict[str, str]] = []  # and its headers (lower-case names)
+        self.outcomes: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests the server was handling at once
+        self._lock = threading.Lock()
+        self._random = random.Random(self.faults.seed)
+        super().__init__(self._handler(), port)
 
     @property
     def completed(self) -> int:
