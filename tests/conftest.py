@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from jurygraph.testing.fake_server import FakeOpenAIServer
+from jurygraph.testing.fake_gemini import FakeGeminiServer
+from jurygraph.testing.fake_server import FakeOpenAIServer, FakeServer
 
 DATA = Path(__file__).parent / "data"
 
@@ -22,19 +23,29 @@ def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def openai_server() -> Iterator[Callable[..., FakeOpenAIServer]]:
-    """Start FakeOpenAIServer(responder, latency=..., faults=...) on 127.0.0.1; stopped after the test."""
-    started: list[FakeOpenAIServer] = []
+def _servers(kind: type[FakeServer]) -> Iterator[Callable[..., Any]]:
+    started: list[FakeServer] = []
 
-    def start(responder: Any = None, **kwargs: Any) -> FakeOpenAIServer:
-        server = FakeOpenAIServer(responder, **kwargs).start()
+    def start(responder: Any = None, **kwargs: Any) -> FakeServer:
+        server = kind(responder, **kwargs).start()
         started.append(server)
         return server
 
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def openai_server() -> Iterator[Callable[..., FakeOpenAIServer]]:
+    """Start FakeOpenAIServer(responder, latency=..., faults=...) on 127.0.0.1; stopped after the test."""
+    yield from _servers(FakeOpenAIServer)
+
+
+@pytest.fixture
+def gemini_server() -> Iterator[Callable[..., FakeGeminiServer]]:
+    """Start FakeGeminiServer(responder, latency=..., faults=...) on 127.0.0.1; stopped after the test."""
+    yield from _servers(FakeGeminiServer)
 
 
 @pytest.fixture

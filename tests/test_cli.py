@@ -58,7 +58,7 @@ def test_eval_jsonl_with_mapping_reports_bad_rows_and_runs_the_rest(openai_serve
                  "--model", "judge", "--base-url", server.base_url, "--out", str(tmp_path / "r"), "--quiet"])
     assert code == 0
     err = capsys.readouterr().err
-    assert "pairs.jsonl, row 2" in err and "'right'" in err
+    assert "pairs.jsonl, row 2 (qid b), field 'right'" in err  # the row's line and the id it was mapped from
     assert "pairs.jsonl, row 3: not valid JSON" in err
     assert sorted(r["id"] for r in read_results(tmp_path / "r")) == ["a", "c"]
 

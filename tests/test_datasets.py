@@ -70,11 +70,13 @@ def test_faireval_bad_rows_name_the_field_and_the_rest_load(tmp_path: Path) -> N
     path.write_text(json.dumps(rows))
     dataset = load_faireval(path)
     assert [item.id for item in dataset] == ["0", "3"]
-    assert [(e.file, e.row, e.field) for e in dataset.errors] == [(str(path), 1, "human_results"),
-                                                                  (str(path), 2, "response.vicuna"),
-                                                                  (str(path), 4, None)]
+    # rows count from 1, as editors and spreadsheets do, and a row with an id is named by it too
+    assert [(e.file, e.row, e.field) for e in dataset.errors] == [(str(path), "2 (question_id 1)", "human_results"),
+                                                                  (str(path), "3 (question_id 2)", "response.vicuna"),
+                                                                  (str(path), "5", None)]
     assert dataset.errors[2].message == "a FairEval row must be an object"
-    assert str(dataset.errors[0]) == f"{path}, row 1, field 'human_results': 'alpaca' is not gpt35 / vicuna / tie"
+    assert str(dataset.errors[0]) == (f"{path}, row 2 (question_id 1), field 'human_results': 'alpaca' is not "
+                                      "gpt35 / vicuna / tie")
 
 
 def test_summeval_bad_documents_and_scores(tmp_path: Path) -> None:
@@ -88,7 +90,7 @@ def test_summeval_bad_documents_and_scores(tmp_path: Path) -> None:
     dataset = load_summeval(path, aspect="coherence")
     assert [item.id for item in dataset] == ["d0#0", "d0#1", "d2#0"]
     problems = [(e.row, e.field) for e in dataset.errors]
-    assert problems == [(1, "coherence"), ("2 (document d2), summary 1", "fluency[1]"), (3, "text")]
+    assert problems == [("2 (id d1)", "coherence"), ("3 (id d2#1)", "fluency[1]"), ("4 (id d0)", "text")]
     assert "has 1 scores for 2 summaries" in dataset.errors[0].message
 
 
@@ -100,7 +102,7 @@ def test_topical_chat_bad_rows_do_not_shift_ids(tmp_path: Path) -> None:
     path.write_text(json.dumps(rows))
     dataset = load_topical_chat(path)
     assert [item.id for item in dataset] == ["tc-00-0", "tc-00-1"]
-    assert [(e.row, e.field) for e in dataset.errors] == [(1, "scores.naturalness"), (2, "system_output")]
+    assert [(e.row, e.field) for e in dataset.errors] == [(2, "scores.naturalness"), (3, "system_output")]
 
 
 def test_jsonl_with_a_mapping_reports_bad_lines(tmp_path: Path) -> None:
@@ -117,7 +119,7 @@ def test_jsonl_with_a_mapping_reports_bad_lines(tmp_path: Path) -> None:
                "human.label": "winner"}
     dataset = load_dataset(path, task="pairwise", mapping=mapping)
     assert [(item.id, item.human) for item in dataset] == [("a", {"label": "1"}), ("d", {"label": "tie"})]
-    assert [(e.row, e.field) for e in dataset.errors] == [(2, None), (3, "answer_b"), (4, None)]
+    assert [(e.row, e.field) for e in dataset.errors] == [(2, None), ("3 (qid b)", "answer_b"), ("4 (qid c)", None)]
     assert "not valid JSON" in dataset.errors[0].message and "human label 'both'" in dataset.errors[2].message
     with pytest.raises(DatasetError, match="needs --task"):
         load_dataset(path)

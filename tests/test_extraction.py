@@ -71,6 +71,24 @@ def test_score_unreadable(reply: str) -> None:
         parse_score(reply, FIVE)
 
 
+@pytest.mark.parametrize(("reply", "expected"), [
+    # the answer line wins over a label inside parentheses, even a later one
+    ("Rating: 2 (at first I thought Rating: 5)", 2.0),
+    # the last answer line wins: a reply that revises itself ends on its final answer
+    ("Score: 3, as the summary skips the ending.\nOn reflection the ending is implied.\nFinal: 2", 2.0),
+    ("Score: 3\nFinal score: 4", 4.0),
+    # shaped like the released transcripts (tests/data/chateval_outputs): reasoning that mentions scores inside
+    # sentences, then the answer on its own last line
+    ("Assistant 1's summary would deserve a score: 5 if it were complete, but it stops early.\n\nRating: 3", 3.0),
+    ("- Coherence: 4", 4.0),
+    # no line starts with a label: the last mention anywhere
+    ("I rate it, all things considered, Score: 3 and not Score: 4", 4.0),
+])
+def test_the_answer_line_is_read_not_a_mention_in_passing(reply: str, expected: float) -> None:
+    score, _ = parse_score(reply, FIVE, labels=("coherence",))
+    assert score == expected
+
+
 def test_choice_letters_and_numbers() -> None:
     options = {"A": "x", "B": "y", "C": "z"}
     assert parse_choice("Let me think... so the answer is (B).", options)[0] == "B"

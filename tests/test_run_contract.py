@@ -434,7 +434,7 @@ def test_a_score_label_that_is_not_a_number_is_refused_at_load(openai_server, tm
     assert main(eval_args(server, out, "--protocol", "single", "--dataset", str(data), "--task", "score",
                           "--map", "human.coherence=rating")) == 0
     err = capsys.readouterr().err
-    assert "scores.csv, row 3, field 'human.coherence': 'abc' is not a number" in err
+    assert "scores.csv, row 3 (id 2), field 'human.coherence': 'abc' is not a number" in err
     assert [r["id"] for r in read_results(out)] == ["1"]
 
 

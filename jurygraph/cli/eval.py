@@ -15,7 +15,7 @@ from typing import Any
 
 from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
-from jurygraph.cli.protocols import add_protocol_arguments, build_protocol
+from jurygraph.cli.protocols import add_protocol_arguments, build_protocol, check_options, check_task
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
 from jurygraph.llm.redact import MASK, redact_url
@@ -139,6 +139,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not args.dataset:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
     validate_numbers(args, args.protocol_dests)
+    check_options(args.protocol, explicit_dests(args.argv))
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
@@ -149,7 +150,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not dataset.items:
         raise UsageError(f"{args.dataset}: no judgeable rows ({len(dataset.errors)} skipped, reasons above)")
     items = dataset.items[: args.limit] if args.limit else dataset.items
-    setup = build_protocol(args)
+    setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
+    check_task(args.protocol, {str(item.task) for item in items}, str(args.dataset))
     context = context_from_args(args, setup)
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "

@@ -6,9 +6,11 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from jurygraph.cli.preflight import UsageError
 from jurygraph.cli.protocols import ProtocolSetup
 from jurygraph.llm.limits import ProviderGates, parse_limits
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen
+from jurygraph.llm.redact import redact_url
 
 
 def key_values(pairs: Sequence[str] | None, what: str) -> dict[str, str]:
@@ -16,7 +18,7 @@ def key_values(pairs: Sequence[str] | None, what: str) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:
-            raise SystemExit(f"jurygraph: {what} must be KEY=VALUE, got {pair!r}")
+            raise UsageError(f"{what} must be KEY=VALUE, got {pair!r}")
         out[key.strip()] = value.strip()
     return out
 
@@ -25,8 +27,9 @@ def add_model_arguments(group: Any) -> None:
     """The model options of ``eval`` (also accepted by ``bench --method``)."""
     group.add_argument("--model", help="model spec for every agent: openai:<model>, google_genai:<model>, "
                                        "<model> with --base-url, or 'local' (the embedded offline model)")
-    group.add_argument("--base-url", help="OpenAI-compatible server (vLLM, llama.cpp, Ollama), e.g. "
-                                          "http://127.0.0.1:8000/v1")
+    group.add_argument("--base-url", help="the server of every model spec without its own @URL: an OpenAI-compatible "
+                                          "server (vLLM, llama.cpp, Ollama), e.g. http://127.0.0.1:8000/v1, or a "
+                                          "Gemini-API endpoint for google_genai: specs")
     group.add_argument("--models", action="append", metavar="AGENT=SPEC",
                        help="a model for one agent or role, e.g. --models Critic=openai:gpt-4o")
     group.add_argument("--timeout", type=float, default=120.0, help="seconds per model call (default 120)")
@@ -52,16 +55,31 @@ def context_from_args(args: argparse.Namespace, setup: ProtocolSetup | None = No
     """The runtime context a command line asks for: models per agent, timeouts, retries, request limits."""
     params = {"timeout": args.timeout, "max_retries": args.max_retries}
     default = ModelSpec.parse(args.model, base_url=args.base_url, **params) if args.model else None
-    if default is None and args.base_url:
-        raise SystemExit("jurygraph: --base-url needs --model NAME (the model name the server serves)")
     per_agent = {name: ModelSpec.parse(spec, base_url=args.base_url, **params)
                  for name, spec in key_values(args.models, "--models").items()}
     if setup is not None:
         per_agent = {**_specs(setup.models, args), **per_agent}
+    # --model is needed only when some agent would have no model (ReFeR's --peers and --area-chair name all)
+    if default is None and args.base_url and not (setup is not None and setup.every_agent_has_a_model):
+        raise UsageError("--base-url needs --model NAME (the model name the server serves) for the agents "
+                         "that no other option gives a model")
+    _one_provider_per_base_url([default, *per_agent.values()], args.base_url)
     limits = parse_limits(args.rps, args.in_flight)
     return JuryContext(models=per_agent, default=default, gates=ProviderGates(limits) if limits else None,
                        structured_output=bool(getattr(args, "structured_output", False)),
                        gen=parse_gen(getattr(args, "gen", None)))
+
+
+def _one_provider_per_base_url(specs: Sequence[Any], base_url: str | None) -> None:
+    """``--base-url`` is the server of every model spec without its own ``@URL``, whatever its provider (an
+    OpenAI-compatible server for ``openai:``, a Gemini-API endpoint for ``google_genai:``). One server speaks one
+    API: when specs of both providers would share it, say so instead of sending requests to the wrong API."""
+    if not base_url:
+        return
+    providers = sorted({spec.provider for spec in specs if isinstance(spec, ModelSpec) and spec.base_url == base_url})
+    if len(providers) > 1:
+        raise UsageError(f"--base-url {redact_url(base_url)} would serve both {' and '.join(providers)} models; "
+                         "give the others their own server as PROVIDER:MODEL@URL")
 
 
 def _specs(models: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from langgraph.graph import StateGraph
 
+from jurygraph.cli.preflight import UsageError
 from jurygraph.graphs.calibration import MODES, calibrate
 from jurygraph.graphs.chateval import STOP_WHEN, STRATEGIES, create_chateval
 from jurygraph.graphs.debate import DEFAULT_MAX_ITERATIONS, create_debate
@@ -43,6 +44,7 @@ class ProtocolSetup:
     graph: StateGraph
     models: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    every_agent_has_a_model: bool = False  # ``models`` covers every agent: no --model needed
 
     def requests_per_item(self) -> int:
         """The most model requests one item can cost under these parameters (every format re-ask and loop
@@ -168,6 +170,7 @@ class Protocol:
     paper_positions: bool = False
     own_calibration: Callable[[ProtocolSetup, str, argparse.Namespace], ProtocolSetup] | None = None
     requests: Callable[[dict[str, Any]], int] | None = None  # most requests per item, from the parameters
+    options: tuple[str, ...] = ()  # the protocol options (dests) it reads; giving another one is an error
 
 
 def _panel_size(params: dict[str, Any]) -> int:
@@ -248,7 +251,7 @@ def _refer(args: argparse.Namespace) -> ProtocolSetup:
               "lite_from_turbo": args.lite_from_turbo}
     if rounds:
         params["peer_discussion"] = rounds
-    return ProtocolSetup(graph, models, params)
+    return ProtocolSetup(graph, models, params, every_agent_has_a_model=bool(specs and args.area_chair))
 
 
 def _single(args: argparse.Namespace) -> ProtocolSetup:
@@ -282,24 +285,58 @@ def _faireval_baseline(setup: ProtocolSetup, mode: str, args: argparse.Namespace
     graph = create_faireval(k=k, bpc="bpc" in mode, params={"temperature": args.mec_temperature, "max_tokens": 512})
     params = {**setup.params, "calibrate": mode, "calibration_baseline": "faireval", "mec_k": k,
               "mec_temperature": args.mec_temperature}
-    return ProtocolSetup(graph, setup.models, params)
+    return ProtocolSetup(graph, setup.models, params, setup.every_agent_has_a_model)
 
+
+# the options of every pairwise protocol: FairEval's calibrations around it
+_CALIBRATION = ("calibrate", "mec_k", "mec_temperature")
+_PANEL = ("agents", "personas", "no_calibrate")
+_FORM_FILLING = ("samples", "estimator", "sample_temperature", "fluency_scale")
 
 PROTOCOLS: dict[str, Protocol] = {
-    "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True, requests=_chateval_plan),
+    "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True, requests=_chateval_plan,
+                         options=(*_PANEL, "strategy", "turns", "summary_mode", "aggregate", "stop_when",
+                                  "consensus_tolerance", "devil", "critic", "no_issue_rule", *_CALIBRATION)),
     "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate,
-                       requests=_debate_plan),
-    "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan),
+                       requests=_debate_plan, options=("critic", "max_iterations", "tie_breaker", "no_issue_rule",
+                                                       "commander_llm", *_CALIBRATION)),
+    "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan,
+                      options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "feedback",
+                               "refer_template", "prompt_file", "peer_discussion", *_CALIBRATION)),
     "single": Protocol("Single-Agent baseline: one referee, ChatEval's single-agent prompt (released code; no "
                        "history, role or referee lines)", _single, paper_positions=True,
-                       own_calibration=_faireval_baseline, requests=lambda params: 2),
+                       own_calibration=_faireval_baseline, requests=lambda params: 2,
+                       options=("no_calibrate", "calibration_baseline", *_CALIBRATION)),
     "ensemble": Protocol("Multi-Agent (Ensemble) baseline: one independent referee per persona, no discussion",
-                         _ensemble, paper_positions=True, requests=lambda params: 2 * _panel_size(params)),
+                         _ensemble, paper_positions=True, requests=lambda params: 2 * _panel_size(params),
+                         options=(*_PANEL, "ensemble_method", *_CALIBRATION)),
     "geval": Protocol("G-Eval: chain-of-thought form filling, expected score", _form_filling(create_geval),
-                      pairwise=False, requests=_samples_plan),
+                      pairwise=False, requests=_samples_plan, options=_FORM_FILLING),
     "analyze-rate": Protocol("Analyze-Rate: G-Eval's prompt with an analysis before the rating",
-                             _form_filling(create_analyze_rate), pairwise=False, requests=_samples_plan),
+                             _form_filling(create_analyze_rate), pairwise=False, requests=_samples_plan,
+                             options=_FORM_FILLING),
 }
+
+
+def check_options(protocol: str, given: set[str]) -> None:
+    """A protocol option given on the command line that the chosen protocol does not read is a mistake (a
+    typo'd protocol, an option meant for another): say which protocols read it rather than ignore it."""
+    for flag in OPTIONS:
+        dest = flag.flag.lstrip("-").replace("-", "_")
+        if dest == "calibrate":
+            continue  # build_protocol says more precisely why a calibration cannot wrap this protocol or data
+        if dest in given and dest not in PROTOCOLS[protocol].options:
+            readers = [name for name, p in PROTOCOLS.items() if dest in p.options]
+            raise UsageError(f"{flag.flag} is not an option of --protocol {protocol} (it is read by "
+                             f"{', '.join(readers)})")
+
+
+def check_task(protocol: str, tasks: set[str], dataset: str) -> None:
+    """Before any request: a protocol that cannot judge the data's task would fail every item."""
+    if not PROTOCOLS[protocol].pairwise and TaskKind.PAIRWISE.value in tasks:
+        able = ", ".join(name for name, p in PROTOCOLS.items() if p.pairwise)
+        raise UsageError(f"--protocol {protocol} rates single texts and cannot judge the pairwise items of "
+                         f"{dataset}; for pairwise data use {able}")
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
@@ -340,7 +377,7 @@ def calibrate_setup(setup: ProtocolSetup, mode: str, args: argparse.Namespace, *
         params["calibration_baseline"] = baseline
     if "mec" in mode:
         params.update(mec_k=args.mec_k, mec_temperature=args.mec_temperature)
-    return ProtocolSetup(graph, setup.models, params)
+    return ProtocolSetup(graph, setup.models, params, setup.every_agent_has_a_model)
 
 
 def _calibrated(setup: ProtocolSetup, protocol: Protocol, args: argparse.Namespace) -> ProtocolSetup:

@@ -84,13 +84,26 @@ def parse_pairwise(text: str, scale: Scale) -> tuple[float, float, str | None]:
     return scores[0], scores[1], _evidence(text)
 
 
+# where an answer line starts: a list dash, a quote or heading mark, then the label (markdown decoration allowed)
+_LINE_START = rf"(?:^|\n)[ \t>#-]*{_DECOR}"
+
+
 def parse_score(text: str, scale: Scale, labels: tuple[str, ...] = ()) -> tuple[float, str | None]:
-    """A single rating: 'The score of the response: 4', 'Score: 4', 'Rating: 4/5', '<aspect>: 4' or a bare number."""
+    """A single rating: 'The score of the response: 4', 'Score: 4', 'Rating: 4/5', 'Final: 4', '<aspect>: 4' or a
+    bare number.
+
+    Which mention is the answer: models write their answer on a line of its own, after the reasoning (the
+    papers' released transcripts end on a line such as ``Answer: Assistant 1``, while the reasoning mentions
+    scores inside sentences). So the last *line that starts with a label* wins ("Score: 3 ... \nFinal: 2" is 2),
+    and a label inside a sentence or parentheses counts only when no line starts with one ("Rating: 2 (at first
+    I thought Rating: 5)" is 2).
+    """
     cleaned = _clean(text)
-    names = [r"the\s+score\s+of\s+the\s+\w+", r"(?:final\s+|overall\s+)?score", r"(?:final\s+)?rating"]
+    names = [r"the\s+score\s+of\s+the\s+\w+", r"(?:final\s+|overall\s+)?score", r"(?:final\s+)?rating",
+             r"final(?:\s+answer)?"]
     names += [re.escape(label) for label in labels]
     patterns = [rf"(?:{name}){_DECOR}{_COLON}{_DECOR}{_NUM}{_OUT_OF}" for name in names]
-    match = _last_match(patterns, cleaned)
+    match = _last_match([_LINE_START + pattern for pattern in patterns], cleaned) or _last_match(patterns, cleaned)
     if match is not None:
         return _number(match.group(1), match.group(2), scale, "the score"), _evidence(text)
     bare = re.fullmatch(rf"{_DECOR}{_NUM}{_OUT_OF}{_DECOR}\.?\s*", cleaned.strip())

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.runtime import get_runtime
 
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
@@ -260,15 +260,18 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
         return _decode(kind, hit, req)
     gate = _gate(ctx, resolved)
 
+    config = _trace(req)
+
     def send() -> Any:
         if kind == "samples":
-            return _samples_sync(model, resolved, messages, req.n, gate)
+            return _samples_sync(model, resolved, messages, req.n, gate, config)
         if kind == "structured":
             with gate:
-                raw = model.with_structured_output(req.form.schema(), include_raw=True).invoke(list(messages))  # type: ignore[union-attr]
+                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                raw = structured.invoke(list(messages), config)
             return raw["raw"], raw["parsed"]
         with gate:
-            return model.invoke(list(messages))
+            return model.invoke(list(messages), config)
 
     out = _retry_sync(send)
     _account(usage, req, resolved, out)
@@ -287,15 +290,18 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
         return _decode(kind, hit, req)
     gate = _gate(ctx, resolved)
 
+    config = _trace(req)
+
     async def send() -> Any:
         if kind == "samples":
-            return await _samples_async(model, resolved, messages, req.n, gate)
+            return await _samples_async(model, resolved, messages, req.n, gate, config)
         if kind == "structured":
             async with gate:
-                raw = await model.with_structured_output(req.form.schema(), include_raw=True).ainvoke(list(messages))  # type: ignore[union-attr]
+                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                raw = await structured.ainvoke(list(messages), config)
             return raw["raw"], raw["parsed"]
         async with gate:
-            return await model.ainvoke(list(messages))
+            return await model.ainvoke(list(messages), config)
 
     out = await _retry_async(send)
     _account(usage, req, resolved, out)
@@ -347,17 +353,43 @@ _FATAL_STATUS = {401: "401 Unauthorized (check the API key)", 403: "403 Forbidde
 
 def _endpoint(resolved: ResolvedModel) -> str:
     """Where a model's requests go, without credentials, for error lines."""
-    url = getattr(resolved.model, "openai_api_base", None) or resolved.provider or "default endpoint"
-    return redact_text(str(url))
+    model = resolved.model
+    url = getattr(model, "openai_api_base", None) or getattr(model, "base_url", None) or resolved.provider
+    return redact_text(str(url or "default endpoint"))
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """The error and what it was raised from (langchain-google-genai wraps google-genai's errors)."""
+    chain: list[BaseException] = []
+    while err is not None and err not in chain and len(chain) < 5:
+        chain.append(err)
+        err = err.__cause__  # type: ignore[assignment]
+    return chain
+
+
+def _status(err: Exception) -> int | None:
+    """The HTTP status of a provider error: openai's ``status_code``, google-genai's ``code``. Gemini answers a
+    wrong API key with 400 API_KEY_INVALID, which no retry fixes either: read as 401."""
+    for cause in _causes(err):
+        status = getattr(cause, "status_code", None) or getattr(cause, "code", None)
+        if isinstance(status, int):
+            return 401 if status == 400 and ("API_KEY_INVALID" in str(cause) or "API key not valid" in str(cause)) \
+                else status
+    return None
 
 
 def _refused(err: Exception) -> bool:
-    """openai's connection error (after its own retries); a timeout, its subclass, is transient and is not."""
+    """A connection error after the client's own retries: openai's, or httpx's under google-genai; a timeout
+    is transient and is not."""
+    import httpx
+
     try:
         import openai
     except ImportError:
-        return False
-    return isinstance(err, openai.APIConnectionError) and not isinstance(err, openai.APITimeoutError)
+        openai = None  # type: ignore[assignment]
+    if openai is not None and isinstance(err, openai.APIConnectionError):
+        return not isinstance(err, openai.APITimeoutError)
+    return any(isinstance(cause, httpx.ConnectError) for cause in _causes(err))
 
 
 def classify_error(err: Exception, resolved: ResolvedModel) -> Exception:
@@ -366,15 +398,20 @@ def classify_error(err: Exception, resolved: ResolvedModel) -> Exception:
     where = f"{resolved.label.split(':', 1)[0]} at {_endpoint(resolved)}"
     if isinstance(err, MissingAPIKey):
         return err  # already names the variable to set; the runner stops the run on it
-    status = getattr(err, "status_code", None)
+    status = _status(err)
     if status in _FATAL_STATUS:
         return ProviderUnavailable(f"{where}: {_FATAL_STATUS[status]} for {redact_text(resolved.label)}")
     kind = type(err).__name__
     if _refused(err):
         return ProviderUnavailable(f"{where}: cannot connect ({err.__cause__ or err})")
-    if isinstance(err, _GARBLED) and hasattr(resolved.model, "openai_api_base"):  # an HTTP client's parse error
+    if isinstance(err, _GARBLED) and _http_client(resolved.model):  # an HTTP client's parse error
         return UnreadableResponse(f"{where}: the response is not a chat completion ({kind}: {err})")
     return err
+
+
+def _http_client(model: Any) -> bool:
+    """Whether a model speaks HTTP to a provider (its parse errors are a server's garbled body, not a bug)."""
+    return hasattr(model, "openai_api_base") or type(model).__name__ == "ChatGoogleGenerativeAI"
 
 
 def _garbled_delay(attempt: int) -> float:
@@ -422,27 +459,34 @@ class _NoGate:
 _NO_GATE = _NoGate()
 
 
+def _trace(req: ModelRequest) -> RunnableConfig:
+    """The agent's name and role on its model call's trace (LangSmith metadata and tags; inert untraced)."""
+    return {"tags": [f"agent:{req.agent}"], "metadata": {"agent": req.agent, "role": req.role}}
+
+
 def _samples_sync(model: Any, resolved: ResolvedModel, messages: Sequence[BaseMessage], n: int,
-                  gate: Any) -> list[AIMessage]:
+                  gate: Any, config: RunnableConfig) -> list[AIMessage]:
     if resolved.native_n:
         with gate:
-            return [g.message for g in model.generate([list(messages)], n=n).generations[0]]
+            result = model.generate([list(messages)], n=n, tags=config["tags"], metadata=config["metadata"])
+            return [g.message for g in result.generations[0]]
     samples = []
     for _ in range(n):
         with gate:
-            samples.append(model.invoke(list(messages)))
+            samples.append(model.invoke(list(messages), config))
     return samples
 
 
 async def _samples_async(model: Any, resolved: ResolvedModel, messages: Sequence[BaseMessage], n: int,
-                         gate: Any) -> list[AIMessage]:
+                         gate: Any, config: RunnableConfig) -> list[AIMessage]:
     if resolved.native_n:
         async with gate:
-            return [g.message for g in (await model.agenerate([list(messages)], n=n)).generations[0]]
+            result = await model.agenerate([list(messages)], n=n, tags=config["tags"], metadata=config["metadata"])
+            return [g.message for g in result.generations[0]]
 
     async def one() -> AIMessage:
         async with gate:
-            return await model.ainvoke(list(messages))
+            return await model.ainvoke(list(messages), config)
 
     return list(await asyncio.gather(*(one() for _ in range(n))))
 

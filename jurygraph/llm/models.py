@@ -25,6 +25,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from jurygraph.llm.cache import LLMCache
 from jurygraph.llm.limits import ProviderGates
+from jurygraph.llm.pricing import PROVIDER_URLS
 from jurygraph.llm.redact import redact_url
 
 Provider = Literal["openai", "google_genai", "local"]
@@ -107,8 +108,6 @@ class ModelSpec(BaseModel):
         if not model:
             raise ValueError(f"model spec {text!r} has no model name")
         url = url or base_url or ""
-        if url and provider != "openai":
-            raise ValueError(f"a base URL works with OpenAI-compatible servers only, not {provider!r}")
         return cls(provider=provider, model=model, base_url=url or None, **params)  # type: ignore[arg-type]
 
     @property
@@ -125,8 +124,8 @@ class ModelSpec(BaseModel):
         """The environment variable that holds this model's key, or None when no key is needed."""
         if self.api_key_env:
             return self.api_key_env
-        if self.provider == "local" or (self.provider == "openai" and self.base_url):
-            return None
+        if self.provider == "local" or (self.base_url and not self.base_url.startswith(PROVIDER_URLS)):
+            return None  # your own server (vLLM, a Gemini-API proxy, a test fake) may need no key
         return KEY_VARIABLES[self.provider][0]
 
     def build(self) -> BaseChatModel:
@@ -136,20 +135,16 @@ class ModelSpec(BaseModel):
 
             return load_local_model(self.model, temperature=self.temperature, max_tokens=self.max_tokens)
         key = self._api_key()
+        count = _CountAttempt(self.label)
         if self.provider == "openai":
             import httpx
             from langchain_openai import ChatOpenAI
 
             # our own async HTTP client: langchain-openai's shared default is bound to the first event loop
             # that used it, which breaks a second asyncio.run (e.g. a resumed run in the same process)
-            label = self.label
-
-            async def count_attempt(request: httpx.Request) -> None:
-                http_attempts[label] += 1
-
             http_async_client = httpx.AsyncClient(
                 timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
-                event_hooks={"request": [count_attempt]})
+                event_hooks={"request": [count]})
             return ChatOpenAI(
                 model=self.model, base_url=self.base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
                 temperature=self.temperature, max_tokens=self.max_tokens,  # type: ignore[call-arg]
@@ -157,9 +152,11 @@ class ModelSpec(BaseModel):
             )
         from langchain_google_genai import ChatGoogleGenerativeAI
 
-        return ChatGoogleGenerativeAI(
-            model=self.model, google_api_key=key, temperature=self.temperature,
-            max_output_tokens=self.max_tokens, timeout=self.timeout, max_retries=self.max_retries,
+        # google-genai counts attempts, the first included (and reads 0 as "its default of 5"): retries + 1
+        return ChatGoogleGenerativeAI(  # type: ignore[call-arg]
+            model=self.model, google_api_key=key or "not-needed", base_url=self.base_url,
+            temperature=self.temperature, max_output_tokens=self.max_tokens, timeout=self.timeout,
+            max_retries=self.max_retries + 1, client_args={"event_hooks": {"request": [count]}},
         )
 
     def check_key(self) -> None:
@@ -179,10 +176,30 @@ class ModelSpec(BaseModel):
         )
 
 
+class _CountAttempt:
+    """An httpx request hook counting a model's HTTP attempts in ``http_attempts``. langchain-google-genai hands
+    the same client arguments to its sync and its async httpx client, so the hook serves both: it counts when
+    called and returns an awaitable that does nothing (the sync client ignores it)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __call__(self, request: Any) -> _Done:
+        http_attempts[self.label] += 1
+        return _DONE
+
+
+class _Done:
+    def __await__(self) -> Any:
+        return iter(())
+
+
+_DONE = _Done()
+
 ModelLike = str | ModelSpec | BaseChatModel
 
-# every HTTP request the OpenAI-compatible clients of this process sent, their own retries and the failed ones
-# included, by model label: the runner reports the difference over a run as its attempts
+# every HTTP request the OpenAI-compatible and Gemini clients of this process sent, their own retries and the
+# failed ones included, by model label: the runner reports the difference over a run as its attempts
 http_attempts: Counter[str] = Counter()
 
 

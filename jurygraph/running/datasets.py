@@ -117,6 +117,13 @@ def _read_json(path: Path) -> _Source:
         raise DatasetError(f"{path}: not valid JSON ({err})") from None
 
 
+def _row_label(number: int, row: Any, id_field: str) -> str:
+    """How an error names a row: its 1-based number, as editors and spreadsheets count, and its id when it has
+    one ("3 (question_id 77)"), so the row can be found either way."""
+    value = row.get(id_field) if isinstance(row, Mapping) else None
+    return f"{number} ({id_field} {value})" if value not in (None, "") else str(number)
+
+
 def _make(dataset: Dataset, file: str, row: int | str, build: Callable[[], dict[str, Any]]) -> None:
     """Build one item; any problem becomes a RowError naming the field, and loading goes on."""
     try:
@@ -158,7 +165,7 @@ def _faireval(source: _Source, reverse: bool) -> Dataset:
             return {"id": str(row.get("question_id", i)), "task": "pairwise", "dataset": "faireval",
                     "question": _field(row, "question"), "response_1": one, "response_2": two, "human": human,
                     "meta": {"category": row.get("category"), "reversed": reverse}}
-        _make(dataset, str(file), i, build)
+        _make(dataset, str(file), _row_label(i + 1, row, "question_id"), build)
     return dataset
 
 
@@ -191,7 +198,7 @@ def _summeval(source: _Source, aspect: str) -> Dataset:
                     got = len(doc[dim]) if isinstance(doc[dim], list) else type(doc[dim]).__name__
                     raise FieldError(dim, f"has {got} scores for {len(summaries)} summaries")
         except FieldError as err:
-            dataset.errors.append(RowError(str(file), d, err.field, f"document: {err}"))
+            dataset.errors.append(RowError(str(file), _row_label(d + 1, doc, "id"), err.field, f"document: {err}"))
             continue
         for s, summary in enumerate(summaries):
             def build(s: int = s, summary: str = summary, doc: dict[str, Any] = doc, doc_id: str = doc_id,
@@ -200,7 +207,7 @@ def _summeval(source: _Source, aspect: str) -> Dataset:
                 return {"id": f"{doc_id}#{s}", "task": "score", "dataset": "summeval", "aspect": aspect,
                         "scale": info.scale.model_dump() if info else None, "source": text, "response": summary,
                         "group": doc_id, "human": human, "meta": {"summary_index": s}}
-            _make(dataset, str(file), f"{d} (document {doc_id}), summary {s}", build)
+            _make(dataset, str(file), f"{d + 1} (id {doc_id}#{s})", build)
     return dataset
 
 
@@ -236,7 +243,7 @@ def _topical_chat(source: _Source, aspect: str) -> Dataset:
                     "context": row.get("context", ""), "response": response,
                     "group": f"tc-{ctx:02d}", "human": human,
                     "meta": {"system_id": row.get("system_id"), "row": i}}
-        _make(dataset, str(file), i, build)
+        _make(dataset, str(file), i + 1, build)
     return dataset
 
 
@@ -277,7 +284,7 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
                 if f"scale_{name}" in data:
                     data.setdefault("scale", {})[name] = float(data.pop(f"scale_{name}"))
             return data
-        _make(dataset, str(file), number, build)
+        _make(dataset, str(file), _row_label(number, row, columns.get("id", "id")), build)
     return dataset
 
 

@@ -226,6 +226,7 @@ async def _arun_locked(
         _note_generation(generation, record)
     bar = _progress_bar(len(items), summary.skipped, progress)
     aborted: list[RunAborted] = []
+    protocol = str((manifest or {}).get("protocol") or "")
 
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
         app: Any = graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph
@@ -234,7 +235,8 @@ async def _arun_locked(
             queue.put_nowait(item)
 
         async def judge(item: EvalItem) -> dict[str, Any]:
-            config: RunnableConfig = {"configurable": {"thread_id": item.id}}
+            config: RunnableConfig = {"configurable": {"thread_id": item.id},
+                                       **trace_config(item.id, protocol, out.name)}
             snapshot = await app.aget_state(config)
             try:
                 # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
@@ -303,6 +305,7 @@ async def _arun_locked(
                 bar.close()
 
     summary.seconds = time.monotonic() - started
+    _flush_traces()
     attempts = Counter(http_attempts)
     attempts.subtract(attempts_before)
     summary.attempts = sum(max(0, n) for n in attempts.values())
@@ -408,6 +411,26 @@ def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, unit="item", dynamic_ncols=True, file=sys.stderr)
+
+
+def trace_config(item_id: str, protocol: str, run: str) -> RunnableConfig:
+    """How one item's graph run is found in LangSmith (when ``LANGSMITH_TRACING`` is on; otherwise these are
+    inert): named after the protocol and the item, with the item id, protocol and run directory as metadata and
+    tags. LangChain hands metadata and tags down to every node and model call of the item, and each model call
+    adds its agent's name (``jurygraph.llm.calls``)."""
+    tags = [f"item:{item_id}", *([f"protocol:{protocol}"] if protocol else [])]
+    metadata = {"item_id": item_id, "run": run, **({"protocol": protocol} if protocol else {})}
+    return {"run_name": f"{protocol or 'jurygraph'} item {item_id}", "tags": tags, "metadata": metadata}
+
+
+def _flush_traces() -> None:
+    """Send the traces still queued before the command exits (a no-op when tracing is off)."""
+    from langsmith.utils import tracing_is_enabled
+
+    if tracing_is_enabled():
+        from langchain_core.tracers.langchain import wait_for_all_tracers
+
+        wait_for_all_tracers()
 
 
 def run(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], **kwargs: Any) -> RunSummary:

@@ -3,7 +3,8 @@
 It speaks enough of ``POST /v1/chat/completions`` for the real ``langchain-openai`` client: ``n``
 choices, ``logprobs``/``top_logprobs``, ``response_format`` (the responder decides the content), usage,
 plus latency and fault injection (429 with Retry-After, 500, hangs for timeouts, unparseable bodies)
-and a log of every request. It binds to 127.0.0.1 only.
+and a log of every request. It binds to 127.0.0.1 only. :class:`FakeServer` holds what every fake provider
+shares (faults, request log, HTTP plumbing); ``jurygraph.testing.fake_gemini`` is the Gemini API beside it.
 
     with FakeOpenAIServer(responder) as server:
         ChatOpenAI(base_url=server.base_url, api_key="test", model="fake")
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar, Self
 
 # responder(request_json, choice_index) -> reply text, or a dict {"content": ..., "logprobs": ...}
 Responder = Callable[[dict[str, Any], int], "str | dict[str, Any]"]
@@ -27,7 +28,8 @@ Responder = Callable[[dict[str, Any], int], "str | dict[str, Any]"]
 @dataclass
 class Faults:
     """Share of requests that fail, and how. ``script`` forces outcomes in order ("429", "500",
-    "hang", "garbage", "ok", and the answers no retry fixes: "401", "403", "404", "empty" for a 200 with
+    "hang", "garbage", "ok", and the answers no retry fixes: "401", "403", "404" (the Gemini fake adds "400-key",
+    its answer to a wrong API key), "empty" for a 200 with
     an empty body, "no-choices" for a 200 with ``choices: []``) before the random shares apply;
     ``always`` gives every request one outcome (a server with a revoked key answers 401 to everything)."""
 
@@ -51,29 +53,23 @@ _REFUSALS = {
 }
 
 
-class FakeOpenAIServer:
-    def __init__(self, responder: Responder | None = None, *, latency: float = 0.0,
-                 faults: Faults | None = None, port: int = 0) -> None:
-        self.responder = responder or (lambda request, i: "The score of Assistant 1: 5\nThe score of Assistant 2: 5")
-        self.latency = latency
-        self.faults = faults or Faults()
-        self.requests: list[dict[str, Any]] = []
-        self.outcomes: list[str] = []
-        self.in_flight = 0
-        self.max_in_flight = 0  # the most requests the server was handling at once
-        self._lock = threading.Lock()
-        self._random = random.Random(self.faults.seed)
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+class LocalServer:
+    """An HTTP server on 127.0.0.1 in a daemon thread: ``with`` it, or ``start()``/``stop()``."""
+
+    name = "fake"
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._server.daemon_threads = True
         self._server.request_queue_size = 1024
         self._thread: threading.Thread | None = None
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> FakeOpenAIServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._server.serve_forever, name=self.name, daemon=True)
         self._thread.start()
         return self
 
@@ -81,11 +77,34 @@ class FakeOpenAIServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> FakeOpenAIServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class FakeServer(LocalServer):
+    """What every fake provider shares: the faults, the request log, latency, 127.0.0.1 and the HTTP plumbing.
+    A provider subclass says which paths it answers (``_model_of``), what a reply and an error look like."""
+
+    # status -> the provider's error body for the answers no retry fixes
+    refusals: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, responder: Responder | None = None, *, latency: float = 0.0,
+                 faults: Faults | None = None, port: int = 0) -> None:
+        self.responder = responder or (lambda request, i: "The score of Assistant 1: 5\nThe score of Assistant 2: 5")
+        self.latency = latency
+        self.faults = faults or Faults()
+        self.requests: list[dict[str, Any]] = []  # every request body, as sent
+        self.paths: list[str] = []  # and its URL path
+        self.headers: list[dict[str, str]] = []  # and its headers (lower-case names)
+        self.outcomes: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests the server was handling at once
+        self._lock = threading.Lock()
+        self._random = random.Random(self.faults.seed)
+        super().__init__(self._handler(), port)
 
     @property
     def completed(self) -> int:
@@ -108,26 +127,25 @@ class FakeOpenAIServer:
             roll -= rate
         return "ok"
 
-    def _completion(self, request: dict[str, Any]) -> dict[str, Any]:
-        n = int(request.get("n") or 1)
-        choices = []
-        prompt_words = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
-        completion_words = 0
-        for i in range(n):
-            reply = self.responder(request, i)
-            content, logprobs = (reply, None) if isinstance(reply, str) else (reply["content"], reply.get("logprobs"))
-            completion_words += len(content.split())
-            choice: dict[str, Any] = {"index": i, "finish_reason": "stop",
-                                      "message": {"role": "assistant", "content": content}}
-            if request.get("logprobs") and logprobs is not None:
-                choice["logprobs"] = {"content": logprobs}
-            choices.append(choice)
-        return {
-            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-            "model": request.get("model", "fake"), "choices": choices,
-            "usage": {"prompt_tokens": prompt_words, "completion_tokens": completion_words,
-                      "total_tokens": prompt_words + completion_words},
-        }
+    # --- what a provider defines ---
+
+    def _model_of(self, path: str) -> str | None:
+        """The model a request to ``path`` is for ("" when the body names it), or None: not an endpoint here."""
+        raise NotImplementedError
+
+    def _completion(self, request: dict[str, Any], model: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _error(self, status: int, message: str) -> dict[str, Any]:
+        return {"error": {"message": message}}
+
+    def _no_answer(self, request: dict[str, Any], model: str) -> dict[str, Any]:
+        """A 200 with nothing to read (``no-choices``)."""
+        raise NotImplementedError
+
+    def _stream(self, path: str, request: dict[str, Any], model: str) -> list[dict[str, Any]] | None:
+        """The chunks of a streamed answer when the request asks to stream, else None (a plain JSON answer)."""
+        return None
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -150,52 +168,117 @@ class FakeOpenAIServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                self._send(status, json.dumps(body).encode(), headers)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(length) or b"{}")
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, b'{"error": {"message": "not found"}}')
+                model = server._model_of(self.path)
+                if model is None:
+                    self._json(404, server._error(404, f"no endpoint {self.path}"))
                     return
                 with server._lock:
                     server.requests.append(request)
+                    server.paths.append(self.path)
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
-                    self._answer(request)
+                    self._answer(request, model)
                 finally:
                     with server._lock:
                         server.in_flight -= 1
 
-            def _answer(self, request: dict[str, Any]) -> None:
+            def _answer(self, request: dict[str, Any], model: str) -> None:
                 outcome = server._outcome()
                 with server._lock:
                     server.outcomes.append(outcome)
                 if server.latency:
                     time.sleep(server.latency)
                 if outcome == "429":
-                    self._send(429, b'{"error": {"message": "rate limited", "type": "rate_limit"}}',
-                               {"Retry-After": str(server.faults.retry_after)})
+                    self._json(429, server._error(429, "rate limited"), {"Retry-After": str(server.faults.retry_after)})
                 elif outcome == "500":
-                    self._send(500, b'{"error": {"message": "internal error"}}')
+                    self._json(500, server._error(500, "internal error"))
                 elif outcome == "hang":
                     time.sleep(server.faults.hang_seconds)
-                    self._send(504, b'{"error": {"message": "too late"}}')
+                    self._json(504, server._error(504, "too late"))
                 elif outcome == "garbage":
                     self._send(200, b"this is not json {")
-                elif outcome in _REFUSALS:
-                    self._send(int(outcome), json.dumps({"error": _REFUSALS[outcome]}).encode())
+                elif outcome in server.refusals:
+                    self._json(int(outcome.partition("-")[0]), server.refusals[outcome])  # "400-key": a 400
                 elif outcome == "empty":
                     self._send(200, b"")
                 elif outcome == "no-choices":
-                    self._send(200, json.dumps({**server._completion(request), "choices": []}).encode())
+                    self._json(200, server._no_answer(request, model))
+                elif (chunks := server._stream(self.path, request, model)) is not None:
+                    self._events(chunks)
                 else:
-                    self._send(200, json.dumps(server._completion(request)).encode())
+                    self._json(200, server._completion(request, model))
+
+            def _events(self, chunks: list[dict[str, Any]]) -> None:
+                """A streamed answer as server-sent events, one ``data:`` line per chunk."""
+                body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n" for chunk in chunks)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         return Handler
 
 
+class FakeOpenAIServer(FakeServer):
+    """``POST /v1/chat/completions``: ``n`` choices, logprobs, usage (a token per word)."""
+
+    name = "fake-openai"
+    refusals: ClassVar[dict[str, dict[str, Any]]] = _REFUSALS
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def _model_of(self, path: str) -> str | None:
+        return "" if path.rstrip("/").endswith("/chat/completions") else None
+
+    def _completion(self, request: dict[str, Any], model: str) -> dict[str, Any]:
+        n = int(request.get("n") or 1)
+        choices = []
+        prompt_words = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
+        completion_words = 0
+        for i in range(n):
+            content, logprobs = reply_parts(self.responder(request, i))
+            completion_words += len(content.split())
+            choice: dict[str, Any] = {"index": i, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": content}}
+            if request.get("logprobs") and logprobs is not None:
+                choice["logprobs"] = {"content": logprobs}
+            choices.append(choice)
+        return {
+            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "model": request.get("model", "fake"), "choices": choices,
+            "usage": {"prompt_tokens": prompt_words, "completion_tokens": completion_words,
+                      "total_tokens": prompt_words + completion_words},
+        }
+
+    def _error(self, status: int, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, **({"type": "rate_limit"} if status == 429 else {})}}
+
+    def _no_answer(self, request: dict[str, Any], model: str) -> dict[str, Any]:
+        return {**self._completion(request, model), "choices": []}
+
+
+def reply_parts(reply: str | dict[str, Any]) -> tuple[str, Any]:
+    """A responder's reply as (text, logprobs or None)."""
+    return (reply, None) if isinstance(reply, str) else (reply["content"], reply.get("logprobs"))
+
+
 def prompt_of(request: dict[str, Any]) -> str:
-    """The text of the last message of a chat-completions request (string or content parts)."""
+    """The text of the last message of a request: OpenAI chat completions (string or content parts) or Gemini
+    ``generateContent`` (the last content's text parts), so one responder serves a mixed panel."""
+    if "contents" in request:
+        parts = (request["contents"] or [{}])[-1].get("parts", [])
+        return "\n".join(str(part.get("text", "")) for part in parts if isinstance(part, dict))
     content = request.get("messages", [{}])[-1].get("content", "")
     if isinstance(content, list):
         return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))

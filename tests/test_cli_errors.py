@@ -1,0 +1,106 @@
+"""Every way a new user's command line can go wrong ends with one clear line, a non-zero exit and no traceback,
+within seconds (never minutes of retries on a 401/404); and the rough edges of issue 15 stay fixed."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jurygraph.cli import main
+from jurygraph.running.rundir import read_results
+from jurygraph.testing.fake_server import FakeOpenAIServer, Faults
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, float]:
+    started = time.monotonic()
+    code = main(argv)
+    return code, capsys.readouterr().err, time.monotonic() - started
+
+
+def assert_one_line(err: str, *expected: str) -> None:
+    assert "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("jurygraph: "), err
+    for text in expected:
+        assert text in err, err
+
+
+EVAL = ["eval", "--dataset", "faireval", "--limit", "2", "--quiet"]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    # an option of another protocol: ignoring it would run something else than the user asked for
+    (["--protocol", "debate", "--turns", "3", "--model", "openai:x"],
+     ["--turns is not an option of --protocol debate (it is read by chateval)"]),
+    (["--protocol", "chateval", "--samples", "5", "--model", "openai:x"],
+     ["--samples is not an option of --protocol chateval (it is read by refer, geval, analyze-rate)"]),
+    (["--model", "openai:x", "--map", "question"], ["--map must be KEY=VALUE, got 'question'"]),
+    # a protocol that rates single texts, on pairwise data: every item would fail
+    (["--protocol", "geval", "--model", "openai:x"],
+     ["--protocol geval rates single texts and cannot judge the pairwise items of faireval"]),
+    (["--protocol", "analyze-rate", "--model", "openai:x"], ["--protocol analyze-rate", "pairwise"]),
+    (["--model", "judge", "--base-url", "http://127.0.0.1:9/v1"],
+     ["openai at http://127.0.0.1:9/v1: cannot connect", "is the server running?"]),
+    (["--model", "openai:gpt-4o-mini"], ["OPENAI_API_KEY is not set"]),
+])
+def test_usage_errors_are_one_line_and_exit_2(argv: list[str], expected: list[str], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, err, seconds = run_cli([*EVAL, "--out", str(tmp_path / "run"), *argv], capsys)
+    assert code == 2
+    assert seconds < 10
+    assert_one_line(err, *expected)
+    assert not (tmp_path / "run" / "results.jsonl").exists()  # nothing ran
+
+
+def test_unreadable_and_missing_files_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "data.jsonl"
+    folder.mkdir()  # a directory where a file belongs: not readable as one
+    for dataset, expected in ((str(folder), str(folder)), (str(tmp_path / "nope.jsonl"), "no such file")):
+        code, err, _ = run_cli(["eval", "--dataset", dataset, "--task", "pairwise", "--model", "openai:x",
+                                "--out", str(tmp_path / "run"), "--quiet"], capsys)
+        assert code == 2
+        assert_one_line(err, expected)
+
+
+@pytest.mark.parametrize(("fault", "says"), [("401", "401 Unauthorized (check the API key)"),
+                                             ("404", "404 Not Found (unknown model or wrong URL)")])
+def test_a_refusing_server_stops_the_run_at_once(openai_server: Callable[..., FakeOpenAIServer], fault: str,
+                                                 says: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    server = openai_server(faults=Faults(always=fault))
+    code, err, seconds = run_cli([*EVAL, "--limit", "5", "--concurrency", "1", "--model", "judge", "--base-url",
+                                  server.base_url, "--no-calibrate", "--out", str(tmp_path / "run")], capsys)
+    assert code == 1
+    assert seconds < 10
+    assert len(server.requests) == 1  # not retried, and no other item sent
+    assert_one_line(err, f"openai at {server.base_url}: {says}", "resume with --resume")
+
+
+def test_refer_needs_no_model_when_peers_and_area_chair_name_every_agent(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def responder(request: dict[str, Any], i: int) -> str:
+        return f"Analysis: {request['model']}.\nRating: 2"
+
+    server = openai_server(responder)
+    out = tmp_path / "run"
+    code, err, _ = run_cli(["eval", "--protocol", "refer", "--variant", "lite", "--peers", "openai:a,openai:b,openai:c",
+                            "--area-chair", "openai:d", "--base-url", server.base_url, "--dataset", "topical-chat",
+                            "--aspect", "coherence", "--limit", "1", "--out", str(out), "--quiet"], capsys)
+    assert code == 0, err
+    assert sorted(r["model"] for r in server.requests) == ["a", "b", "c", "d"]
+    assert read_results(out)[0]["verdict"]["score"] == 2
+    models = json.loads((out / "manifest.json").read_text())["models"]
+    assert models["area_chair"] == f"openai:d@{server.base_url}"
+
+
+def test_base_url_without_model_still_needs_one_when_an_agent_has_none(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code, err, _ = run_cli(["eval", "--protocol", "refer", "--peers", "openai:a,openai:b", "--base-url",
+                            "http://127.0.0.1:9/v1", "--dataset", "topical-chat", "--aspect", "coherence",
+                            "--out", str(tmp_path / "run"), "--quiet"], capsys)
+    assert code == 2
+    assert_one_line(err, "--base-url needs --model NAME")
