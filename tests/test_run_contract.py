@@ -242,7 +242,8 @@ def test_a_rejecting_server_stops_the_run_at_once(openai_server, tmp_path: Path,
     assert len(server.requests) <= 4  # the items in flight, not 40 items x 4 calls
     assert read_results(out) == []  # nothing finished, nothing marked failed: all pending for --resume
     counts = manifest_of(out)["counts"]
-    assert counts["attempts"] == len(server.requests) and counts["requests"] == 0
+    # an in-flight request cancelled by the stop is counted when sent but may never reach the server whole
+    assert len(server.requests) <= counts["attempts"] <= 4 and counts["requests"] == 0
 
 
 def test_a_missing_key_a_dead_port_and_no_model_fail_before_anything_starts(
