@@ -83,7 +83,8 @@ def _postgres_state(url: str, config: Any) -> dict[str, Any] | None:
     return dict(found.checkpoint["channel_values"]) if found else None
 
 
-def _message(message: BaseMessage) -> dict[str, Any]:
+def message_data(message: BaseMessage) -> dict[str, Any]:
+    """A message as plain data: who spoke, its type (system, human, ai) and its text."""
     return {"speaker": message.name or message.type, "type": message.type, "text": message.text}
 
 
@@ -95,12 +96,13 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
         system = next((m for m in history if isinstance(m, SystemMessage)), None)
         if system is not None:
             personas[agent] = system.text
-    transcript = [_message(m) for m in values.get("transcript") or []]
+    transcript = [message_data(m) for m in values.get("transcript") or []]
     runs = values.get("runs") or {}
     if not transcript:  # a calibration: each run (answer order, MEC sample) has its own transcript
-        transcript = [{**_message(m), "run": name} for name, run in runs.items() for m in run.get("transcript") or []]
+        transcript = [{**message_data(m), "run": name} for name, run in runs.items()
+                      for m in run.get("transcript") or []]
     if not transcript:  # protocols that keep no shared transcript: each agent's own words, not what it heard
-        transcript = [_message(m) for agent, history in (values.get("histories") or {}).items()
+        transcript = [message_data(m) for agent, history in (values.get("histories") or {}).items()
                       for m in history if m.type == "ai" and _spoken_by(m, agent)]
     # LangGraph's own channels (join:..., branch:..., __pregel_...) are wiring, not what the agents did
     extra = {key: value for key, value in values.items()
@@ -119,7 +121,7 @@ def _spoken_by(message: BaseMessage, agent: str) -> bool:
 
 def _jsonable(value: Any) -> Any:
     """Plain JSON; messages kept inside other state (e.g. a calibration's per-order runs) as speaker/text."""
-    return json.loads(json.dumps(value, default=lambda o: _message(o) if isinstance(o, BaseMessage) else str(o)))
+    return json.loads(json.dumps(value, default=lambda o: message_data(o) if isinstance(o, BaseMessage) else str(o)))
 
 
 def _judgment_line(judgment: dict[str, Any]) -> str:
