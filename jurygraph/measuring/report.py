@@ -80,7 +80,8 @@ def human_value(record: Mapping[str, Any]) -> str | None:
     value = human.get(key)
     if value is None:
         return None
-    return f"{float(value):g}" if record.get("task", "score") == "score" else str(value)
+    # a mean of several raters (SummEval's 1.3333...) is shown to two decimals
+    return f"{round(float(value), 2):g}" if record.get("task", "score") == "score" else str(value)
 
 
 def outcomes(record: Mapping[str, Any]) -> list[str]:
