@@ -54,15 +54,13 @@ def read_run(entry: str, *, conversations: bool = True) -> RunInput:
 
 def item_views(run_dir: str, ids: list[str]) -> dict[str, dict[str, Any]]:
     """Each item's ``cli.show`` view, with every agent's history (what it heard), from the run's checkpoints."""
-    from jurygraph.cli.show import item_state, item_view, message_data
+    from jurygraph.cli.show import item_states, item_view, message_data
 
     if not (Path(run_dir) / CHECKPOINTS).is_file():
         return {}  # e.g. a Postgres run: the page shows each judge's reply without the debate
     views = {}
-    for item_id in dict.fromkeys(ids):
-        try:
-            values = item_state(run_dir, item_id)
-        except UsageError:  # an item that never reached a checkpoint (failed at once)
+    for item_id, values in item_states(run_dir, dict.fromkeys(ids)):
+        if not values:  # an item that never reached a checkpoint (failed at once)
             continue
         view = item_view(item_id, values)
         view["histories"] = {agent: [message_data(m) for m in history]

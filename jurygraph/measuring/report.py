@@ -245,12 +245,11 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def table_html(table: Table, anchor: str = "") -> str:
+def table_html(table: Table) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in table.flat_columns())
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in table.rows)
     notes = "".join(f"<p class='note'>{_e(n)}</p>" for n in table.notes)
-    ident = f" id='{_e(anchor)}'" if anchor else ""
-    return f"<table{ident}><caption>{_e(table.title)}</caption><tr>{head}</tr>{body}</table>{notes}"
+    return f"<table><caption>{_e(table.title)}</caption><tr>{head}</tr>{body}</table>{notes}"
 
 
 def _png(data: bytes, alt: str) -> str:
@@ -343,12 +342,17 @@ def agreement_html(methods: Sequence[MethodResult]) -> str:
     if not scored and not labelled:
         return "<p class='note'>No human labels in these runs: nothing to compare the verdicts with.</p>"
     parts = []
-    if scored:
-        parts.append(table_html(correlation_table(scored), "correlations"))
+    # one correlation table per benchmark and level: runs on different data are not one table's rows
+    benches: dict[tuple[str | None, str], list[MethodResult]] = {}
+    for method in scored:
+        level = next(iter(method.aspects.values())).level
+        benches.setdefault((method.dataset, level), []).append(method)
+    parts += [table_html(correlation_table(group)) for group in benches.values()]
     if labelled:
-        parts.append(table_html(label_table(labelled), "accuracy"))
-    parts.append(table_html(detail_table(methods), "details"))
-    figures = _figures(methods)
+        parts.append(table_html(label_table(labelled)))
+    parts.append(table_html(detail_table(methods)))
+    figures = [figure for group in benches.values() for figure in _figures(group)]
+    figures += _figures([m for m in labelled if not m.aspects])
     parts.append(f"<div class='figures'>{''.join(figures)}</div>" if figures else
                  "<p class='note'>figures need matplotlib: pip install 'jurygraph[plots]'</p>")
     return "".join(parts)
