@@ -178,3 +178,35 @@ def test_a_20000_item_report_opens_quickly(runs: dict[str, Path], tmp_path: Path
     rendered = int(re.search(r'data-ready="(\d+)"', dom).group(1))  # ms from navigation to the first page
     assert built < 60 and opened < 30 and rendered < 10_000, (built, opened, rendered)
     assert shown_count(browse(page, "q=q19999")) == "1 of 20000 items"
+
+
+def debate_responder(request: dict, index: int) -> str:
+    """The Scorer scores 2, the Critic objects once, the revised 4 passes (who speaks: the persona that opens
+    each agent's chat; turns: the assistant messages it has had)."""
+    scorer = "Logically think to score" in str(request["messages"][0]["content"])
+    turns = sum(m["role"] == "assistant" for m in request["messages"])
+    if scorer:
+        return "Score: 2\nIt reads choppily." if turns == 0 else "Score: 4\nRevised after the critique."
+    return "OBJECTION: the summary omits the court's ruling." if turns == 0 else "NO ISSUE"
+
+
+def test_a_debate_and_a_chateval_run_on_other_data_share_a_page(runs: dict[str, Path], tmp_path: Path) -> None:
+    debate = tmp_path / "debate"
+    with FakeOpenAIServer(debate_responder) as server:
+        assert main(["eval", "--protocol", "debate", "--model", "judge", "--base-url", server.base_url,
+                     "--dataset", "summeval", "--aspect", "coherence", "--limit", "3", "--out", str(debate),
+                     "--quiet"]) == 0
+    page = tmp_path / "two.html"
+    assert main(["report", str(debate), str(runs["bpc"]), "--out", str(page), "--resamples", "0"]) == 0
+    text = page.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S)
+                      .group(1).replace("<\\/", "</"))
+    assert data["runs"] == ["debate", "chateval"] and len(data["items"]) == 3 + 8
+    turns = data["items"][0][2][0][3]["turns"]
+    spoken = [(speaker, data["strings"][ref]) for _, speaker, _, ref, _, _ in turns]
+    # the Scorer's score, the Critic's objection, the Scorer's revision, the Critic's "NO ISSUE"
+    assert [s for s, _ in spoken] == ["Scorer", "Critic", "Scorer", "Critic"]
+    assert "OBJECTION" in spoken[1][1] and spoken[2][1].startswith("Score: 4") and spoken[3][1] == "NO ISSUE"
+    assert turns[2][4] == "score 4" and turns[0][2] >= 0  # the parsed judgment; the Scorer's persona
+    # each run's agreement in its own benchmark's table
+    assert "summeval: summary-level" in text and "faireval: agreement with the human verdict" in text
