@@ -138,6 +138,16 @@ def _judgment_text(judgment: Mapping[str, Any] | None) -> str:
                      for key in keys if judgment.get(key) is not None)
 
 
+def _raw_judgments(value: Any) -> list[Mapping[str, Any]]:
+    """Every judgment (a mapping with the reply's ``raw`` text and a ``kind``) nested in ``value``."""
+    if isinstance(value, Mapping):
+        own = [value] if value.get("raw") and value.get("kind") else []
+        return own + [j for v in value.values() for j in _raw_judgments(v)]
+    if isinstance(value, list):
+        return [j for v in value for j in _raw_judgments(v)]
+    return []
+
+
 def _history_key(histories: Mapping[str, Any], run: str | None, speaker: str) -> str | None:
     for key in (f"{run}/{speaker}" if run else None, speaker):
         if key and key in histories:
@@ -151,7 +161,10 @@ def conversation(view: Mapping[str, Any] | None, record: Mapping[str, Any], inte
 
     Without a checkpoint (a run without one, or a Postgres run) the turns are the judgments' raw replies."""
     judgments: Mapping[str, Any] = (view or {}).get("judgments") or record.get("judgments") or {}
-    by_raw = {str(j.get("raw")): (agent, j) for agent, j in judgments.items() if j.get("raw")}
+    # a message's parsed judgment, by its raw text: the final ones, and those a protocol keeps per step in
+    # other state (DEBATE's per-iteration scores, a calibration's per-order runs)
+    by_raw = {str(j["raw"]): j for j in _raw_judgments((view or {}).get("state"))}
+    by_raw.update({str(j["raw"]): j for j in judgments.values() if j.get("raw")})
     personas = (view or {}).get("personas") or {}
     histories = (view or {}).get("histories") or {}
     turns = []
@@ -179,7 +192,7 @@ def conversation(view: Mapping[str, Any] | None, record: Mapping[str, Any], inte
         parsed = by_raw.get(text)
         persona = personas.get(f"{run}/{speaker}") or personas.get(speaker)
         turns.append([run or "", speaker, intern(persona) if persona else -1, intern(text),
-                      _judgment_text(parsed[1]) if parsed else "", heard])
+                      _judgment_text(parsed), heard])
     state = {k: v for k, v in ((view or {}).get("state") or {}).items() if k != "runs"}
     return {"turns": turns,
             "judgments": [[agent, _judgment_text(j)] for agent, j in judgments.items()],
