@@ -20,13 +20,7 @@ from jurygraph.measuring.metaeval import (
     single_unit_warnings,
 )
 from jurygraph.measuring.metrics import STATISTICS
-from jurygraph.measuring.position import (
-    PositionBias,
-    order_pairs,
-    position_bias,
-    position_table,
-    reverse_partners,
-)
+from jurygraph.measuring.position import position_table, run_biases
 from jurygraph.measuring.tables import (
     comparison_table,
     correlation_table,
@@ -142,22 +136,6 @@ def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
     return 0
 
 
-def position_results(names: Sequence[str], records: Sequence[list[dict[str, Any]]],
-                     manifests: Sequence[dict[str, Any] | None]) -> list[PositionBias]:
-    """Position bias of each calibrated pairwise run, and of each run paired with its ``--reverse`` run."""
-    partners = reverse_partners(manifests)
-    found = []
-    for k, name in enumerate(names):
-        if k in partners:
-            pairs = order_pairs(records[partners[k]], records[k])
-            name = f"{names[partners[k]]} + {name}"
-        else:
-            pairs = order_pairs(records[k])
-        if pairs:
-            found.append(position_bias(name, pairs))
-    return found
-
-
 def cmd_metaeval(args: argparse.Namespace) -> int:
     named, manifests = [], []
     for entry in args.run_dir:
@@ -167,7 +145,7 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
         named.append((name, run_records(path)))
         manifests.append(read_manifest(path))
     code = finish(evaluate(named, args), args)
-    biases = position_results([n for n, _ in named], [r for _, r in named], manifests)
+    biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in named], manifests)]
     if code == 0 and biases:
         table = position_table(biases)
         print("\n" + table.text())

@@ -138,6 +138,24 @@ def reverse_partners(manifests: Sequence[Mapping[str, Any] | None]) -> dict[int,
     return partners
 
 
+def run_biases(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
+               manifests: Sequence[Mapping[str, Any] | None]) -> list[tuple[list[int], PositionBias]]:
+    """The position bias of each calibrated pairwise run, and of each run paired with its ``--reverse`` run;
+    each with the indices of the runs it rests on."""
+    partners = reverse_partners(manifests)
+    found = []
+    for k, name in enumerate(names):
+        if k in partners:
+            forward = partners[k]
+            found.append(([forward, k], position_bias(f"{names[forward]} + {name}",
+                                                      order_pairs(records[forward], records[k]))))
+        else:
+            pairs = order_pairs(records[k])
+            if pairs:
+                found.append(([k], position_bias(name, pairs)))
+    return found
+
+
 def _percent(value: float) -> str:
     return "–" if value != value else f"{100 * value:.1f}"
 

@@ -29,14 +29,7 @@ from typing import Any
 
 from jurygraph.judging.items import SWAP_LABEL
 from jurygraph.measuring.metaeval import MethodResult, evaluate_records
-from jurygraph.measuring.position import (
-    PositionBias,
-    is_reversed,
-    order_pairs,
-    position_bias,
-    position_table,
-    reverse_partners,
-)
+from jurygraph.measuring.position import PositionBias, is_reversed, position_table, run_biases
 from jurygraph.measuring.tables import Table, correlation_table, detail_table, label_table
 
 # the texts of an item shown above its conversation, in this order
@@ -215,15 +208,10 @@ def _verdict_line(record: Mapping[str, Any]) -> str:
 def page_data(runs: Sequence[RunInput]) -> dict[str, Any]:
     """Everything the item browser shows, as compact JSON: items are rows of run cells, texts are indices."""
     intern = Strings()
-    manifests = [r.manifest for r in runs]
-    partners = reverse_partners(manifests)
     flipped: list[set[str]] = [set() for _ in runs]
-    for k, run in enumerate(runs):
-        pairs = order_pairs(runs[partners[k]].records, run.records) if k in partners else order_pairs(run.records)
-        ids = set(position_bias(run.name, pairs).flipped_ids)
-        flipped[k] |= ids
-        if k in partners:
-            flipped[partners[k]] |= ids
+    for indices, bias in _biases(runs):
+        for k in indices:
+            flipped[k] |= set(bias.flipped_ids)
     order: dict[str, dict[int, dict[str, Any]]] = {}
     for k, run in enumerate(runs):
         for record in run.records:  # the last record of an id wins, as in metaeval (a resumed run)
@@ -391,17 +379,12 @@ def _bars_svg(bias: PositionBias) -> str:
             f"<svg width='400' height='22' role='img'>{''.join(parts)}</svg>")
 
 
+def _biases(runs: Sequence[RunInput]) -> list[tuple[list[int], PositionBias]]:
+    return run_biases([r.name for r in runs], [r.records for r in runs], [r.manifest for r in runs])
+
+
 def position_html(runs: Sequence[RunInput]) -> str:
-    partners = reverse_partners([r.manifest for r in runs])
-    biases = []
-    for k, run in enumerate(runs):
-        if k in partners:
-            other = runs[partners[k]]
-            biases.append(position_bias(f"{other.name} + {run.name}", order_pairs(other.records, run.records)))
-        else:
-            pairs = order_pairs(run.records)
-            if pairs:
-                biases.append(position_bias(run.name, pairs))
+    biases = [bias for _, bias in _biases(runs)]
     if not biases:
         return ""
     return ("<section id='position'><h2>Position bias</h2>" + table_html(position_table(biases))
