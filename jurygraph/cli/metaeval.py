@@ -20,6 +20,7 @@ from jurygraph.measuring.metaeval import (
     single_unit_warnings,
 )
 from jurygraph.measuring.metrics import STATISTICS
+from jurygraph.measuring.position import position_table, run_biases
 from jurygraph.measuring.tables import (
     comparison_table,
     correlation_table,
@@ -28,6 +29,7 @@ from jurygraph.measuring.tables import (
     label_table,
     results_csv,
 )
+from jurygraph.running.rundir import read_manifest
 
 
 def slug(name: str) -> str:
@@ -135,10 +137,18 @@ def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
 
 
 def cmd_metaeval(args: argparse.Namespace) -> int:
-    named = []
+    named, manifests = [], []
     for entry in args.run_dir:
         name, sep, path = entry.partition("=")
         if not sep:
             name, path = run_name(entry), entry
         named.append((name, run_records(path)))
-    return finish(evaluate(named, args), args)
+        manifests.append(read_manifest(path))
+    code = finish(evaluate(named, args), args)
+    biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in named], manifests)]
+    if code == 0 and biases:
+        table = position_table(biases)
+        print("\n" + table.text())
+        if args.out:
+            (Path(args.out) / "position.csv").write_text(table.csv(), encoding="utf-8")
+    return code

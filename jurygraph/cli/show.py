@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from jurygraph.cli.preflight import UsageError
@@ -55,35 +56,44 @@ def _read_only_saver(path: Path) -> Iterator[SqliteSaver]:
 
 def item_state(run_dir: str | Path, item_id: str, checkpoint: str | None = None) -> dict[str, Any]:
     """The latest checkpointed state of an item's thread."""
+    [(_, values)] = list(item_states(run_dir, [item_id], checkpoint))
+    if not values:
+        known = [r["id"] for r in read_results(run_dir)]
+        hint = f" (it has {len(known)} items, e.g. {', '.join(known[:5])})" if known else ""
+        raise UsageError(f"{run_dir}: no item {item_id!r} in the checkpoints{hint}")
+    return values
+
+
+def item_states(run_dir: str | Path, item_ids: Iterable[str],
+                checkpoint: str | None = None) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """Each item's latest checkpointed state (None when its thread has none), read through one connection:
+    a report of thousands of items would otherwise spend most of its time opening the database."""
     run = Path(run_dir)
     if read_manifest(run) is None:
         raise UsageError(f"{run}: no manifest.json (is it a jurygraph run directory?)")
     target = checkpoint or str(run / CHECKPOINTS)
-    config: Any = {"configurable": {"thread_id": item_id, "checkpoint_ns": ""}}
+    with _saver(target) as saver:
+        for item_id in item_ids:
+            found = saver.get_tuple({"configurable": {"thread_id": item_id, "checkpoint_ns": ""}})
+            yield item_id, dict(found.checkpoint["channel_values"]) if found else None
+
+
+@contextmanager
+def _saver(target: str) -> Iterator[BaseCheckpointSaver[Any]]:
     if target.startswith(("postgres://", "postgresql://")):
-        values = _postgres_state(target, config)
-    else:
-        if not Path(target).is_file():
-            raise UsageError(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
-        with _read_only_saver(Path(target)) as saver:
-            found = saver.get_tuple(config)
-        values = dict(found.checkpoint["channel_values"]) if found else None
-    if not values:
-        known = [r["id"] for r in read_results(run)]
-        hint = f" (it has {len(known)} items, e.g. {', '.join(known[:5])})" if known else ""
-        raise UsageError(f"{run}: no item {item_id!r} in the checkpoints{hint}")
-    return values
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(target) as saver:
+            yield saver
+        return
+    if not Path(target).is_file():
+        raise UsageError(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
+    with _read_only_saver(Path(target)) as sqlite_saver:
+        yield sqlite_saver
 
 
-def _postgres_state(url: str, config: Any) -> dict[str, Any] | None:
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    with PostgresSaver.from_conn_string(url) as saver:
-        found = saver.get_tuple(config)
-    return dict(found.checkpoint["channel_values"]) if found else None
-
-
-def _message(message: BaseMessage) -> dict[str, Any]:
+def message_data(message: BaseMessage) -> dict[str, Any]:
+    """A message as plain data: who spoke, its type (system, human, ai) and its text."""
     return {"speaker": message.name or message.type, "type": message.type, "text": message.text}
 
 
@@ -95,12 +105,13 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
         system = next((m for m in history if isinstance(m, SystemMessage)), None)
         if system is not None:
             personas[agent] = system.text
-    transcript = [_message(m) for m in values.get("transcript") or []]
+    transcript = [message_data(m) for m in values.get("transcript") or []]
     runs = values.get("runs") or {}
     if not transcript:  # a calibration: each run (answer order, MEC sample) has its own transcript
-        transcript = [{**_message(m), "run": name} for name, run in runs.items() for m in run.get("transcript") or []]
+        transcript = [{**message_data(m), "run": name} for name, run in runs.items()
+                      for m in run.get("transcript") or []]
     if not transcript:  # protocols that keep no shared transcript: each agent's own words, not what it heard
-        transcript = [_message(m) for agent, history in (values.get("histories") or {}).items()
+        transcript = [message_data(m) for agent, history in (values.get("histories") or {}).items()
                       for m in history if m.type == "ai" and _spoken_by(m, agent)]
     # LangGraph's own channels (join:..., branch:..., __pregel_...) are wiring, not what the agents did
     extra = {key: value for key, value in values.items()
@@ -119,7 +130,7 @@ def _spoken_by(message: BaseMessage, agent: str) -> bool:
 
 def _jsonable(value: Any) -> Any:
     """Plain JSON; messages kept inside other state (e.g. a calibration's per-order runs) as speaker/text."""
-    return json.loads(json.dumps(value, default=lambda o: _message(o) if isinstance(o, BaseMessage) else str(o)))
+    return json.loads(json.dumps(value, default=lambda o: message_data(o) if isinstance(o, BaseMessage) else str(o)))
 
 
 def _judgment_line(judgment: dict[str, Any]) -> str:
