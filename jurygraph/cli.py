@@ -33,7 +33,7 @@ COMMAND_MODULES: list[str] = ["jurygraph.demo", "jurygraph.bench", "jurygraph.au
 # manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
 # resume restores it from the manifest and refuses a different value.
 EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
-                  "no_cache", "prices", "quiet", "yes")
+                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes")
 # parser bookkeeping and the run directory itself, never saved as settings
 NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
 # a plan above this many requests per item asks for --yes
@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
                                               "(default: RUN_DIR/checkpoints.sqlite)")
     runopts.add_argument("--cache", help="LLM-call cache file shared between runs (default: in RUN_DIR)")
     runopts.add_argument("--no-cache", action="store_true", help="do not cache model calls")
+    runopts.add_argument("--keep-checkpoints", choices=("final", "all"), default="final",
+                         help="final (default): each item's final checkpoint (its whole history, for show and "
+                              "resume); all: every step's, for time travel")
     runopts.add_argument("--prices", help="JSON price table (USD per 1M tokens) merged over the built-in one")
     runopts.add_argument("--quiet", action="store_true", help="no progress bar")
     runopts.add_argument("--yes", action="store_true",
@@ -248,7 +251,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
-                      resume=bool(args.resume), progress=not args.quiet, manifest=manifest, prices=prices)
+                      resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
+                      manifest=manifest, prices=prices)
     except KeyboardInterrupt as stop:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130

@@ -36,9 +36,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Durability
 
 from jurygraph.cache import LLMCache
 from jurygraph.calls import ProviderUnavailable
+from jurygraph.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.items import EvalItem
 from jurygraph.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.pricing import estimate_cost
@@ -124,7 +126,7 @@ async def open_checkpointer(target: str | Path) -> AsyncIterator[BaseCheckpointS
     try:
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=NORMAL")
-        sqlite_saver = AsyncSqliteSaver(conn)
+        sqlite_saver = AsyncSqliteSaver(conn, serde=serializer())
         await sqlite_saver.setup()
         yield sqlite_saver
     finally:
@@ -166,6 +168,7 @@ async def arun(
     checkpoint: str | None = None,
     cache: bool | str | Path = True,
     resume: bool = False,
+    keep_checkpoints: KeepCheckpoints = "final",
     progress: bool = True,
     manifest: Mapping[str, Any] | None = None,
     prices: Mapping[str, Any] | None = None,
@@ -177,6 +180,9 @@ async def arun(
     ``graph`` may be the uncompiled builder (compiled here with the run's checkpointer) or a compiled
     graph that already has one. ``checkpoint``: a SQLite path or postgres:// URL (default: in the run
     directory). ``cache``: True for the run directory, a path for a shared cache, False for none.
+    ``keep_checkpoints``: ``"final"`` keeps each finished item's final checkpoint only (one checkpoint
+    write per item when the LLM cache is on), ``"all"`` every step's (time travel); see
+    :mod:`jurygraph.checkpoints`.
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
@@ -190,13 +196,15 @@ async def arun(
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
         return await _arun_locked(graph, items, out, context=context, concurrency=concurrency,
-                                  checkpoint=checkpoint, cache=cache, resume=resume, progress=progress,
+                                  checkpoint=checkpoint, cache=cache, resume=resume,
+                                  keep_checkpoints=keep_checkpoints, progress=progress,
                                   manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
 
 
 async def _arun_locked(
     graph: StateGraph | CompiledStateGraph, items: list[EvalItem], out: Path, *, context: JuryContext | None,
-    concurrency: int, checkpoint: str | None, cache: bool | str | Path, resume: bool, progress: bool,
+    concurrency: int, checkpoint: str | None, cache: bool | str | Path, resume: bool,
+    keep_checkpoints: KeepCheckpoints, progress: bool,
     manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
     on_result: Callable[[dict[str, Any]], None] | None, on_token: Callable[[str, str, str], None] | None,
 ) -> RunSummary:
@@ -215,8 +223,9 @@ async def _arun_locked(
     manifest_data: dict[str, Any] = {
         **(manifest or {}), "started": datetime.now(UTC).isoformat(), "versions": _versions(),
         "concurrency": concurrency, "items": len(items),
-        "checkpoint": redact_url(checkpoint) if checkpoint else CHECKPOINTS,
+        "checkpoint": redact_url(checkpoint) if checkpoint else CHECKPOINTS, "keep_checkpoints": keep_checkpoints,
     }
+    mode = durability(keep_checkpoints, cache=llm_cache is not None)
     # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
     manifest_data["ended"] = None
     write_manifest(out, manifest_data)
@@ -248,9 +257,11 @@ async def _arun_locked(
                 graph_input = None if snapshot.values and snapshot.tasks else {
                     "item": item.model_dump(mode="json", exclude_none=True)}
                 if on_token is None:
-                    values = await app.ainvoke(graph_input, config, context=base_context)
+                    values = await app.ainvoke(graph_input, config, context=base_context, durability=mode)
                 else:
-                    values = await _streamed(app, graph_input, config, base_context, item.id, on_token)
+                    values = await _streamed(app, graph_input, config, base_context, item.id, on_token, mode)
+                if keep_checkpoints == "final" and mode != "exit":
+                    await keep_final_only(app.checkpointer, item.id)
                 return _record(item, values, "ok")
             except Exception as err:
                 fatal = _fatal(err)
@@ -358,9 +369,10 @@ def _os_reason(err: OSError, where: str | Path) -> str:
 
 
 async def _streamed(app: Any, graph_input: Any, config: RunnableConfig, context: JuryContext, item_id: str,
-                    on_token: Callable[[str, str, str], None]) -> dict[str, Any]:
+                    on_token: Callable[[str, str, str], None], durability: Durability) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    async for mode, chunk in app.astream(graph_input, config, context=context, stream_mode=["messages", "values"]):
+    async for mode, chunk in app.astream(graph_input, config, context=context, stream_mode=["messages", "values"],
+                                         durability=durability):
         if mode == "values":
             values = chunk
         else:

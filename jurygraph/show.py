@@ -19,6 +19,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, SystemMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from jurygraph.checkpoints import serializer
 from jurygraph.preflight import UsageError
 from jurygraph.rundir import CHECKPOINTS, read_manifest, read_results
 
@@ -49,7 +50,7 @@ def _read_only_saver(path: Path) -> Iterator[SqliteSaver]:
     # read-only: looking at a run must never change it (nor create a database where there was none)
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
     try:
-        yield SqliteSaver(conn)
+        yield SqliteSaver(conn, serde=serializer())  # reads compressed and uncompressed checkpoints
     finally:
         conn.close()
 
