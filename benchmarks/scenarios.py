@@ -640,6 +640,8 @@ def _scale_run(server: ServerProcess, items: Sequence[EvalItem], out: Path, sett
             "seconds": round(seconds, 2), "requests_per_second": round(rate, 1),
             "first_request_after_start_s": round(times[0] - started, 2) if times else None,
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            # CPU time per request does not depend on what else the shared machine runs; the rate does
+            "cpu_ms_per_request": round(1000 * (usage.ru_utime + usage.ru_stime) / requests, 2) if requests else None,
             "bytes_per_item": {"results": round(results / len(items)), "checkpoints": round(checkpoints / len(items)),
                                "cache": round(cache / len(items))},
             "disk_over_results_line": round((checkpoints + cache) / results, 2) if results else None}
@@ -670,11 +672,13 @@ def scale(settings: Settings) -> Result:
     for n, figures in runs.items():
         result.checks[f"{n} items: {n} results, exit 0"] = figures["results"] == n and figures["exit_code"] == 0
     rate_ratio = large["requests_per_second"] / small["requests_per_second"]
+    cpu_ratio = large["cpu_ms_per_request"] / small["cpu_ms_per_request"]
     rss_ratio = large["peak_rss_mb"] / small["peak_rss_mb"]
     disk = max(r["disk_over_results_line"] or 0.0 for r in runs.values())
     framework_ratio = small["requests_per_second"] / bare_rate if bare_rate else 0.0
     result.figures.update(runs={str(n): r for n, r in runs.items()}, startup=startup_figures(),
                           rate_largest_over_smallest=round(rate_ratio, 3),
+                          cpu_per_request_largest_over_smallest=round(cpu_ratio, 3),
                           rss_largest_over_smallest=round(rss_ratio, 3),
                           disk_over_results_line_max=disk, cli_over_bare=round(framework_ratio, 3),
                           cli_args=settings.scale_args)
