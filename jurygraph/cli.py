@@ -23,7 +23,7 @@ from jurygraph.models import JuryContext, MissingAPIKey, ModelSpec, parse_gen, u
 from jurygraph.preflight import UsageError, check_models, os_error_line, validate_numbers
 from jurygraph.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.redact import MASK, redact_text, redact_url
-from jurygraph.rundir import RESULTS, RunLocked, read_manifest, read_results
+from jurygraph.rundir import RESULTS, RunLocked, iter_results, read_manifest
 from jurygraph.runner import RunAborted, RunSummary, run
 
 COMMAND_MODULES: list[str] = ["jurygraph.demo", "jurygraph.bench", "jurygraph.autoprompt", "jurygraph.reasoning",
@@ -291,9 +291,8 @@ def _model_labels(context: JuryContext) -> dict[str, str]:
 
 
 def _print_summary(summary: RunSummary, out: Path) -> None:
-    records = read_results(out)
     verdicts: Counter[str] = Counter()
-    for record in records:
+    for record in iter_results(out):  # one at a time: a large run's records do not fit in memory together
         verdict = record.get("verdict") or {}
         if record.get("status") != "ok":
             verdicts["failed"] += 1
