@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, help="model latency of the chateval/debate/refer scenarios (s)")
     parser.add_argument("--repeats", type=int, help="framework scenario: runs per path (median reported)")
     parser.add_argument("--no-profile", action="store_true", help="framework scenario: skip the profiled run")
+    parser.add_argument("--sizes", help="scale scenario: comma-separated run sizes (default 200,2000,20000)")
+    parser.add_argument("--eval-arg", action="append", default=[],
+                        help="scale scenario: an extra `jurygraph eval` option (repeatable), e.g. "
+                             "--eval-arg=--keep-checkpoints=all")
     parser.add_argument("--work", help="directory for the run directories (default: a temporary one, removed)")
     parser.add_argument("--json", help="write every figure to this JSON file")
     args = parser.parse_args(argv)
@@ -83,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"items": args.items, "framework_items": args.items, "concurrency": args.concurrency,
                  "latency": args.latency, "repeats": args.repeats}
     settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    if args.sizes:
+        settings = replace(settings, scale_sizes=tuple(int(n) for n in args.sizes.split(",")))
+    if args.eval_arg:
+        settings = replace(settings, scale_args=tuple(args.eval_arg))
     if args.no_profile:
         settings = replace(settings, profile=False)
     env = environment()

@@ -54,6 +54,8 @@ class Settings:
     call_timeout: float = 1.0  # the client's per-call timeout in the fault scenario (hangs hit it)
     profile: bool = True
     work: Path = Path("bench-runs")
+    scale_sizes: tuple[int, ...] = (200, 2_000, 20_000)
+    scale_args: tuple[str, ...] = ()  # extra `jurygraph eval` options of the scale scenario's runs
 
     @classmethod
     def quick(cls, work: Path) -> Settings:
@@ -104,14 +106,20 @@ class Result:
 # --- shared pieces ---------------------------------------------------------------------------------
 
 
-def bench_items(n: int) -> list[EvalItem]:
-    """The first n SummEval items with distinct texts: a summary that two systems produced word for word
-    would make identical calls, which the LLM cache rightly answers once, and the counts would be off."""
+def distinct_items() -> list[EvalItem]:
+    """SummEval's items with distinct texts: a summary that two systems produced word for word would make
+    identical calls, which the LLM cache rightly answers once, and the counts would be off."""
     items, seen = [], set()
     for item in load_dataset(DATASET, aspect=ASPECT).items:
         if (item.source, item.response) not in seen:
             seen.add((item.source, item.response))
             items.append(item)
+    return items
+
+
+def bench_items(n: int) -> list[EvalItem]:
+    """The first n distinct SummEval items."""
+    items = distinct_items()
     if n > len(items):
         raise ValueError(f"{DATASET} has {len(items)} distinct {ASPECT} items; asked for {n}")
     return items[:n]
@@ -577,7 +585,118 @@ def crash(settings: Settings) -> Result:
     return result
 
 
+# --- 8: scale: does an item cost the same at 200, 2,000 and 20,000 items? ------------------------------
+
+
+def scale_items(n: int) -> list[EvalItem]:
+    """n distinct items for any n: SummEval's distinct items cycled, each copy's response tagged with its
+    index so that every item makes its own calls (a run of 20,000 must not be answered from its cache)."""
+    base = distinct_items()
+    items = []
+    for i in range(n):
+        item = base[i % len(base)]
+        lap = i // len(base)
+        response = item.response if lap == 0 else f"{item.response} ({lap})"
+        items.append(item.model_copy(update={"id": f"{item.id}#{lap}" if lap else item.id, "response": response}))
+    return items
+
+
+def _disk(out: Path, name: str) -> int:
+    """A SQLite file's bytes with its WAL (what the run leaves on disk)."""
+    return sum(p.stat().st_size for p in out.glob(name + "*") if p.is_file())
+
+
+def startup_figures() -> dict[str, Any]:
+    """``jurygraph --help`` wall time (best of 3) and the slowest imports of it (``python -X importtime``)."""
+    command = [sys.executable, "-m", "jurygraph.cli", "--help"]
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        times.append(time.perf_counter() - started)
+    traced = subprocess.run([sys.executable, "-X", "importtime", *command[1:]], capture_output=True, text=True)
+    cumulative: list[tuple[int, str]] = []
+    for line in traced.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            name = parts[2].rstrip()
+            if len(name) - len(name.lstrip()) <= 2:  # top-level imports (and their direct children)
+                cumulative.append((int(parts[1]), name.strip()))
+    top = sorted(cumulative, reverse=True)[:8]
+    return {"help_seconds_best_of_3": round(min(times), 3),
+            "help_seconds_all": [round(t, 3) for t in times],
+            "importtime_top_cumulative_ms": {name: round(us / 1000, 1) for us, name in top}}
+
+
+def _scale_run(server: ServerProcess, items: Sequence[EvalItem], out: Path, settings: Settings) -> dict[str, Any]:
+    """One ``jurygraph eval`` process over ``items`` at zero latency: request rate (server clock, first to
+    last answer), first request after the command's start, peak RSS (wait4), bytes on disk per item."""
+    dataset = write_items(items, settings.work / f"{out.name}.jsonl")
+    log0 = len(server.log())
+    started = time.time()
+    child = subprocess.Popen([*_cli(server.base_url, out, dataset, settings), *settings.scale_args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.time() - started
+    times = [e["t"] for e in server.log(log0)]
+    requests = len(times)
+    rate = requests / (times[-1] - times[0]) if requests > 1 else 0.0
+    results = _disk(out, RESULTS)
+    checkpoints, cache = _disk(out, "checkpoints.sqlite"), _disk(out, "llm_cache.sqlite")
+    lines = _lines(out)
+    return {"items": len(items), "exit_code": child.returncode, "results": lines, "requests": requests,
+            "seconds": round(seconds, 2), "requests_per_second": round(rate, 1),
+            "first_request_after_start_s": round(times[0] - started, 2) if times else None,
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            # CPU time per request does not depend on what else the shared machine runs; the rate does
+            "cpu_ms_per_request": round(1000 * (usage.ru_utime + usage.ru_stime) / requests, 2) if requests else None,
+            "bytes_per_item": {"results": round(results / len(items)), "checkpoints": round(checkpoints / len(items)),
+                               "cache": round(cache / len(items))},
+            "disk_over_results_line": round((checkpoints + cache) / results, 2) if results else None}
+
+
+def scale(settings: Settings) -> Result:
+    """ChatEval one-by-one (2 referees x 2 turns) through ``jurygraph eval`` at zero latency on 200, 2,000
+    and 20,000 items (``Settings.scale_sizes``), each its own process: does the cost of an item (time,
+    memory, disk) grow with the run? Plus the bare loop at the smallest size (the framework ratio through
+    the CLI) and the command's start-up time."""
+    sizes = settings.scale_sizes
+    runs: dict[int, dict[str, Any]] = {}
+    bare_rate = 0.0
+    with ServerProcess(ServerOptions(replies="chateval", latency=0.0)) as server:
+        for n in sizes:
+            items = scale_items(n)
+            runs[n] = _scale_run(server, items, settings.work / f"scale-{n}", settings)
+            if n == sizes[0]:
+                log0 = len(server.log())
+                asyncio.run(bare_chateval(items, spec_for(server), concurrency=settings.concurrency))
+                times = [e["t"] for e in server.log(log0)]
+                bare_rate = len(times) / (times[-1] - times[0])
+                runs[n]["bare_requests_per_second"] = round(bare_rate, 1)
+            print(f"   scale {n}: {json.dumps(runs[n])}", flush=True)
+    small, large = runs[sizes[0]], runs[sizes[-1]]
+    result = Result("scale", sum(sizes), settings.concurrency, 0.0, sum(r["seconds"] for r in runs.values()),
+                    sum(r["requests"] for r in runs.values()), expected_requests=4 * sum(sizes))
+    for n, figures in runs.items():
+        result.checks[f"{n} items: {n} results, exit 0"] = figures["results"] == n and figures["exit_code"] == 0
+    rate_ratio = large["requests_per_second"] / small["requests_per_second"]
+    cpu_ratio = large["cpu_ms_per_request"] / small["cpu_ms_per_request"]
+    rss_ratio = large["peak_rss_mb"] / small["peak_rss_mb"]
+    disk = max(r["disk_over_results_line"] or 0.0 for r in runs.values())
+    framework_ratio = small["requests_per_second"] / bare_rate if bare_rate else 0.0
+    result.figures.update(runs={str(n): r for n, r in runs.items()}, startup=startup_figures(),
+                          rate_largest_over_smallest=round(rate_ratio, 3),
+                          cpu_per_request_largest_over_smallest=round(cpu_ratio, 3),
+                          rss_largest_over_smallest=round(rss_ratio, 3),
+                          disk_over_results_line_max=disk, cli_over_bare=round(framework_ratio, 3),
+                          cli_args=settings.scale_args)
+    result.target = "rate >= 0.9x, RSS <= 1.5x (largest vs smallest); disk <= 3x results line; CLI >= 0.7x bare"
+    result.target_met = rate_ratio >= 0.9 and rss_ratio <= 1.5 and disk <= 3 and framework_ratio >= 0.7
+    return result
+
+
 SCENARIOS: dict[str, Callable[[Settings], Result]] = {
     "chateval": chateval, "debate": debate, "refer": refer, "rerun": rerun, "framework": framework,
-    "faults": faults, "crash": crash,
+    "faults": faults, "crash": crash, "scale": scale,
 }

@@ -20,14 +20,14 @@ from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
 from jurygraph.llm.redact import MASK, redact_url
 from jurygraph.running.datasets import load_dataset
-from jurygraph.running.rundir import RESULTS, read_manifest, read_results
+from jurygraph.running.rundir import RESULTS, iter_results, read_manifest
 from jurygraph.running.runner import RunAborted, RunSummary, run
 
 # Options that only shape how a run executes: a resume may change them (each invocation is recorded in the
 # manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
 # resume restores it from the manifest and refuses a different value.
 EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
-                  "no_cache", "prices", "quiet", "yes")
+                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes")
 # parser bookkeeping and the run directory itself, never saved as settings
 NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
 # a plan above this many requests per item asks for --yes
@@ -58,6 +58,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                                               "(default: RUN_DIR/checkpoints.sqlite)")
     runopts.add_argument("--cache", help="LLM-call cache file shared between runs (default: in RUN_DIR)")
     runopts.add_argument("--no-cache", action="store_true", help="do not cache model calls")
+    runopts.add_argument("--keep-checkpoints", choices=("final", "all"), default="final",
+                         help="final (default): each item's final checkpoint (its whole history, for show and "
+                              "resume); all: every step's, for time travel")
     runopts.add_argument("--prices", help="JSON price table (USD per 1M tokens) merged over the built-in one")
     runopts.add_argument("--quiet", action="store_true", help="no progress bar")
     runopts.add_argument("--yes", action="store_true",
@@ -183,7 +186,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
-                      resume=bool(args.resume), progress=not args.quiet, manifest=manifest, prices=prices)
+                      resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
+                      manifest=manifest, prices=prices)
     except KeyboardInterrupt as stop:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130
@@ -209,9 +213,8 @@ def _model_labels(context: JuryContext) -> dict[str, str]:
 
 
 def _print_summary(summary: RunSummary, out: Path) -> None:
-    records = read_results(out)
     verdicts: Counter[str] = Counter()
-    for record in records:
+    for record in iter_results(out):  # one at a time: a large run's records do not fit in memory together
         verdict = record.get("verdict") or {}
         if record.get("status") != "ok":
             verdicts["failed"] += 1

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from jurygraph.cli.preflight import UsageError
+from jurygraph.running.checkpoints import serializer
 from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
 
 # state keys shown in their own sections; any other key a protocol keeps (DEBATE's scores and reviews...) is
@@ -49,7 +50,7 @@ def _read_only_saver(path: Path) -> Iterator[SqliteSaver]:
     # read-only: looking at a run must never change it (nor create a database where there was none)
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
     try:
-        yield SqliteSaver(conn)
+        yield SqliteSaver(conn, serde=serializer())  # reads compressed and uncompressed checkpoints
     finally:
         conn.close()
 

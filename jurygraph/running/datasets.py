@@ -257,10 +257,9 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
     file = Path(path)
     if not file.exists():
         raise DatasetError(f"{file}: no such file")
-    raw = file.read_bytes()
-    dataset = Dataset(file.stem, sha256=hashlib.sha256(raw).hexdigest())
+    dataset = Dataset(file.stem, sha256=_sha256(file))
     columns, recoded = _split_mapping(mapping or {})
-    for number, row in _rows(file, raw, dataset):
+    for number, row in _rows(file, dataset):
         def build(row: Mapping[str, Any] = row, number: int = number) -> dict[str, Any]:
             data: dict[str, Any] = {"task": TaskKind(task).value, **(defaults or {})}
             fields = set(EvalItem.model_fields) - {"human", "meta"}
@@ -313,14 +312,25 @@ def _put(data: dict[str, Any], target: str, value: Any) -> None:
         data[head] = value
 
 
-def _rows(file: Path, raw: bytes, dataset: Dataset) -> Iterable[tuple[int, Mapping[str, Any]]]:
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _decode(file: Path, raw: bytes, offset: int = 0, encoding: str = "utf-8-sig") -> str:
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode(encoding)
     except UnicodeDecodeError as err:
-        raise DatasetError(f"{file}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
+        raise DatasetError(f"{file}: not UTF-8 text (byte {offset + err.start}: {raw[err.start:err.start + 1]!r}); "
                            "save it as UTF-8") from None
+
+
+def _rows(file: Path, dataset: Dataset) -> Iterable[tuple[int, Mapping[str, Any]]]:
     if file.suffix.lower() == ".csv":
-        reader = csv.DictReader(io.StringIO(text, newline=""))
+        reader = csv.DictReader(io.StringIO(_decode(file, file.read_bytes()), newline=""))
         for row in reader:
             # line_num: the file line where the row ends (quoted cells may span lines; line 1 is the header)
             extra = row.pop(None, None)  # type: ignore[call-overload]
@@ -330,18 +340,28 @@ def _rows(file: Path, raw: bytes, dataset: Dataset) -> Iterable[tuple[int, Mappi
                 continue
             yield reader.line_num, row
         return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            dataset.errors.append(RowError(str(file), number, None, f"not valid JSON ({err.msg})"))
-            continue
-        if not isinstance(row, dict):
-            dataset.errors.append(RowError(str(file), number, None, "a JSONL row must be an object"))
-            continue
-        yield number, row
+    yield from _jsonl_rows(file, dataset)
+
+
+def _jsonl_rows(file: Path, dataset: Dataset) -> Iterable[tuple[int, Mapping[str, Any]]]:
+    """Line by line: the file's bytes, its text and a list of its lines were each the size of the file at once
+    (a 20,000-item JSONL is ~60 MB), all alive until the last item was built."""
+    offset = 0
+    with file.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = _decode(file, raw, offset, "utf-8-sig" if number == 1 else "utf-8")
+            offset += len(raw)
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                dataset.errors.append(RowError(str(file), number, None, f"not valid JSON ({err.msg})"))
+                continue
+            if not isinstance(row, dict):
+                dataset.errors.append(RowError(str(file), number, None, "a JSONL row must be an object"))
+                continue
+            yield number, row
 
 
 def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: str | None = None,

@@ -36,6 +36,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Durability, StateSnapshot
 
 from jurygraph.judging.items import EvalItem
 from jurygraph.llm.cache import LLMCache
@@ -43,6 +44,7 @@ from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
+from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.rundir import (
     CACHE,
     CHECKPOINTS,
@@ -120,9 +122,12 @@ async def open_checkpointer(target: str | Path) -> AsyncIterator[BaseCheckpointS
 
     conn = await aiosqlite.connect(str(target), isolation_level=None)
     try:
+        # a new database only (SQLite ignores it afterwards): a compressed final checkpoint is ~2.5 KB, so a
+        # 4 KB page holds one and wastes ~40 %; a 16 KB page holds six (rows are appended in rowid order)
+        await conn.execute("PRAGMA page_size=16384")
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=NORMAL")
-        sqlite_saver = AsyncSqliteSaver(conn)
+        sqlite_saver = AsyncSqliteSaver(conn, serde=serializer())
         await sqlite_saver.setup()
         yield sqlite_saver
     finally:
@@ -164,6 +169,7 @@ async def arun(
     checkpoint: str | None = None,
     cache: bool | str | Path = True,
     resume: bool = False,
+    keep_checkpoints: KeepCheckpoints = "final",
     progress: bool = True,
     manifest: Mapping[str, Any] | None = None,
     prices: Mapping[str, Any] | None = None,
@@ -175,6 +181,9 @@ async def arun(
     ``graph`` may be the uncompiled builder (compiled here with the run's checkpointer) or a compiled
     graph that already has one. ``checkpoint``: a SQLite path or postgres:// URL (default: in the run
     directory). ``cache``: True for the run directory, a path for a shared cache, False for none.
+    ``keep_checkpoints``: ``"final"`` keeps each finished item's final checkpoint only (one checkpoint
+    write per item when the LLM cache is on), ``"all"`` every step's (time travel); see
+    :mod:`jurygraph.running.checkpoints`.
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
@@ -188,13 +197,15 @@ async def arun(
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
         return await _arun_locked(graph, items, out, context=context, concurrency=concurrency,
-                                  checkpoint=checkpoint, cache=cache, resume=resume, progress=progress,
+                                  checkpoint=checkpoint, cache=cache, resume=resume,
+                                  keep_checkpoints=keep_checkpoints, progress=progress,
                                   manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
 
 
 async def _arun_locked(
     graph: StateGraph | CompiledStateGraph, items: list[EvalItem], out: Path, *, context: JuryContext | None,
-    concurrency: int, checkpoint: str | None, cache: bool | str | Path, resume: bool, progress: bool,
+    concurrency: int, checkpoint: str | None, cache: bool | str | Path, resume: bool,
+    keep_checkpoints: KeepCheckpoints, progress: bool,
     manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
     on_result: Callable[[dict[str, Any]], None] | None, on_token: Callable[[str, str, str], None] | None,
 ) -> RunSummary:
@@ -213,8 +224,9 @@ async def _arun_locked(
     manifest_data: dict[str, Any] = {
         **(manifest or {}), "started": datetime.now(UTC).isoformat(), "versions": _versions(),
         "concurrency": concurrency, "items": len(items),
-        "checkpoint": redact_url(checkpoint) if checkpoint else CHECKPOINTS,
+        "checkpoint": redact_url(checkpoint) if checkpoint else CHECKPOINTS, "keep_checkpoints": keep_checkpoints,
     }
+    mode = durability(keep_checkpoints, cache=llm_cache is not None)
     # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
     manifest_data["ended"] = None
     write_manifest(out, manifest_data)
@@ -230,6 +242,10 @@ async def _arun_locked(
 
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
         app: Any = graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph
+        # a store that held no thread when the run began has none of this run's items but those it starts
+        # itself: reading each item's state first (~4 database round trips through aiosqlite's thread)
+        # would find nothing
+        fresh = app.checkpointer is not None and not await _has_threads(app.checkpointer)
         queue: asyncio.Queue[EvalItem] = asyncio.Queue()
         for item in todo:
             queue.put_nowait(item)
@@ -237,7 +253,7 @@ async def _arun_locked(
         async def judge(item: EvalItem) -> dict[str, Any]:
             config: RunnableConfig = {"configurable": {"thread_id": item.id},
                                        **trace_config(item.id, protocol, out.name)}
-            snapshot = await app.aget_state(config)
+            snapshot = _NO_STATE if fresh else await app.aget_state(config)
             try:
                 # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
                 # leaves next == () with the finished task still pending; it must be resumed, not restarted
@@ -248,9 +264,11 @@ async def _arun_locked(
                 graph_input = None if snapshot.values and snapshot.tasks else {
                     "item": item.model_dump(mode="json", exclude_none=True)}
                 if on_token is None:
-                    values = await app.ainvoke(graph_input, config, context=base_context)
+                    values = await app.ainvoke(graph_input, config, context=base_context, durability=mode)
                 else:
-                    values = await _streamed(app, graph_input, config, base_context, item.id, on_token)
+                    values = await _streamed(app, graph_input, config, base_context, item.id, on_token, mode)
+                if keep_checkpoints == "final" and mode != "exit":
+                    await keep_final_only(app.checkpointer, item.id)
                 return _record(item, values, "ok")
             except Exception as err:
                 fatal = _fatal(err)
@@ -334,6 +352,16 @@ async def _arun_locked(
     return summary
 
 
+_NO_STATE = StateSnapshot(values={}, next=(), config={}, metadata=None, created_at=None, parent_config=None,
+                          tasks=(), interrupts=())
+
+
+async def _has_threads(saver: BaseCheckpointSaver) -> bool:
+    async for _ in saver.alist(None, limit=1):
+        return True
+    return False
+
+
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES}
 
 
@@ -359,9 +387,10 @@ def _os_reason(err: OSError, where: str | Path) -> str:
 
 
 async def _streamed(app: Any, graph_input: Any, config: RunnableConfig, context: JuryContext, item_id: str,
-                    on_token: Callable[[str, str, str], None]) -> dict[str, Any]:
+                    on_token: Callable[[str, str, str], None], durability: Durability) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    async for mode, chunk in app.astream(graph_input, config, context=context, stream_mode=["messages", "values"]):
+    async for mode, chunk in app.astream(graph_input, config, context=context, stream_mode=["messages", "values"],
+                                         durability=durability):
         if mode == "values":
             values = chunk
         else:
