@@ -39,6 +39,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Durability, StateSnapshot
 
 from jurygraph.judging.items import EvalItem
+from jurygraph.judging.state import add_usage
 from jurygraph.llm.cache import LLMCache
 from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
@@ -202,154 +203,203 @@ async def arun(
                                   manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
 
 
-async def _arun_locked(
-    graph: StateGraph | CompiledStateGraph, items: list[EvalItem], out: Path, *, context: JuryContext | None,
-    concurrency: int, checkpoint: str | None, cache: bool | str | Path, resume: bool,
-    keep_checkpoints: KeepCheckpoints, progress: bool,
-    manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
-    on_result: Callable[[dict[str, Any]], None] | None, on_token: Callable[[str, str, str], None] | None,
-) -> RunSummary:
-    started = time.monotonic()
-    attempts_before = Counter(http_attempts)
-    previous = read_results(out) if resume else []
-    if not resume and previous == [] and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
-        raise FileExistsError(f"{out / RESULTS} exists: pass resume=True (--resume) or choose another --out")
-    finished = {r["id"]: r for r in previous if r.get("status") == "ok"}
-    base_context = context or JuryContext()
-    llm_cache = None
-    if cache:
-        llm_cache = LLMCache(out / CACHE if cache is True else Path(cache))
-        base_context = dataclasses.replace(base_context, cache=llm_cache)  # keeps every other field
-    summary = RunSummary(out_dir=str(out), items=len(items), skipped=sum(1 for item in items if item.id in finished))
-    manifest_data: dict[str, Any] = {
-        **(manifest or {}), "started": datetime.now(UTC).isoformat(), "versions": _versions(),
-        "concurrency": concurrency, "items": len(items),
-        "checkpoint": redact_url(checkpoint) if checkpoint else CHECKPOINTS, "keep_checkpoints": keep_checkpoints,
-    }
-    mode = durability(keep_checkpoints, cache=llm_cache is not None)
-    # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
-    manifest_data["ended"] = None
-    write_manifest(out, manifest_data)
-    results = ResultsFile(out / RESULTS, finished.values())
-    todo = [item for item in items if item.id not in finished]
-    usage_totals: dict[str, dict[str, Any]] = {}
-    generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
-    for record in finished.values():
-        _note_generation(generation, record)
-    bar = _progress_bar(len(items), summary.skipped, progress)
-    aborted: list[RunAborted] = []
-    protocol = str((manifest or {}).get("protocol") or "")
-
+async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: list[EvalItem], out: Path, *,
+                       checkpoint: str | None, **options: Any) -> RunSummary:
+    """The run's steps, with the run directory locked: start, judge every item, finish."""
+    run = _Run(out, items, checkpoint=checkpoint, **options)
+    run.start()
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
-        app: Any = graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph
+        await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph)
+    return run.finish()
+
+
+# what a run's usage totals count, per agent and per model (each item's usage also names the agent's role, model
+# and the parameters it was called with)
+COUNTED = ("requests", "input_tokens", "output_tokens")
+
+
+class _Run:
+    """One run of :func:`arun`, as named steps: :meth:`start` (what a resume keeps, the call cache, the manifest's
+    start, the results file), :meth:`judge_all` (workers judging items, stopping on the first fatal error),
+    :meth:`judge` (one item, from its checkpoint), :meth:`tally` (after each item) and :meth:`finish` (totals,
+    the manifest's end)."""
+
+    def __init__(self, out: Path, items: list[EvalItem], *, context: JuryContext | None, concurrency: int,
+                 checkpoint: str | None, cache: bool | str | Path, resume: bool, keep_checkpoints: KeepCheckpoints,
+                 progress: bool, manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
+                 on_result: Callable[[dict[str, Any]], None] | None,
+                 on_token: Callable[[str, str, str], None] | None) -> None:
+        self.out, self.items, self.concurrency, self.checkpoint = out, items, concurrency, checkpoint
+        self.cache, self.resume, self.keep_checkpoints, self.progress = cache, resume, keep_checkpoints, progress
+        self.manifest_given, self.prices, self.on_result, self.on_token = manifest or {}, prices, on_result, on_token
+        self.context = context or JuryContext()
+        self.started = time.monotonic()
+        self.attempts_before = Counter(http_attempts)
+        self.usage: dict[str, dict[str, Any]] = {}  # agent -> requests and tokens of this invocation's items
+        self.generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
+        self.aborted: list[RunAborted] = []
+        self.protocol = str(self.manifest_given.get("protocol") or "")
+
+    def start(self) -> None:
+        """What a resumed run keeps, the call cache, the manifest's start and the results file."""
+        out = self.out
+        previous = read_results(out) if self.resume else []
+        if not self.resume and previous == [] and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
+            raise FileExistsError(f"{out / RESULTS} exists: pass resume=True (--resume) or choose another --out")
+        finished = {r["id"]: r for r in previous if r.get("status") == "ok"}
+        self.llm_cache = None
+        if self.cache:
+            self.llm_cache = LLMCache(out / CACHE if self.cache is True else Path(self.cache))
+            self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
+        self.summary = RunSummary(out_dir=str(out), items=len(self.items),
+                                  skipped=sum(1 for item in self.items if item.id in finished))
+        self.manifest: dict[str, Any] = {
+            **self.manifest_given, "started": datetime.now(UTC).isoformat(), "versions": _versions(),
+            "concurrency": self.concurrency, "items": len(self.items),
+            "checkpoint": redact_url(self.checkpoint) if self.checkpoint else CHECKPOINTS,
+            "keep_checkpoints": self.keep_checkpoints,
+        }
+        self.mode = durability(self.keep_checkpoints, cache=self.llm_cache is not None)
+        # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
+        self.manifest["ended"] = None
+        write_manifest(out, self.manifest)
+        self.results = ResultsFile(out / RESULTS, finished.values())
+        self.todo = [item for item in self.items if item.id not in finished]
+        for record in finished.values():
+            _note_generation(self.generation, record)
+        self.bar = _progress_bar(len(self.items), self.summary.skipped, self.progress)
+
+    async def judge_all(self, app: Any) -> None:
+        """Judge the items still to do, ``concurrency`` at a time; the first fatal error cancels the others."""
         # a store that held no thread when the run began has none of this run's items but those it starts
         # itself: reading each item's state first (~4 database round trips through aiosqlite's thread)
         # would find nothing
         fresh = app.checkpointer is not None and not await _has_threads(app.checkpointer)
         queue: asyncio.Queue[EvalItem] = asyncio.Queue()
-        for item in todo:
+        for item in self.todo:
             queue.put_nowait(item)
-
-        async def judge(item: EvalItem) -> dict[str, Any]:
-            config: RunnableConfig = {"configurable": {"thread_id": item.id},
-                                       **trace_config(item.id, protocol, out.name)}
-            snapshot = _NO_STATE if fresh else await app.aget_state(config)
-            try:
-                # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
-                # leaves next == () with the finished task still pending; it must be resumed, not restarted
-                if snapshot.values and not snapshot.tasks and snapshot.values.get("verdict") is not None:
-                    return _record(item, snapshot.values, "ok")
-                # a thread with pending steps continues from its last checkpoint; otherwise a fresh start
-                # the item goes in as plain data, so checkpoints never hold our classes
-                graph_input = None if snapshot.values and snapshot.tasks else {
-                    "item": item.model_dump(mode="json", exclude_none=True)}
-                if on_token is None:
-                    values = await app.ainvoke(graph_input, config, context=base_context, durability=mode)
-                else:
-                    values = await _streamed(app, graph_input, config, base_context, item.id, on_token, mode)
-                if keep_checkpoints == "final" and mode != "exit":
-                    await keep_final_only(app.checkpointer, item.id)
-                return _record(item, values, "ok")
-            except Exception as err:
-                fatal = _fatal(err)
-                if fatal is not None:
-                    raise fatal from err
-                state = await app.aget_state(config)
-                return _record(item, state.values or {}, "failed", redact_text(f"{type(err).__name__}: {err}"))
-
-        async def worker() -> None:
-            while not aborted:
-                try:
-                    item = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                try:
-                    record = await judge(item)
-                    results.write(record)
-                except RunAborted as stop:
-                    aborted.append(stop)
-                    return
-                except OSError as err:  # the results file: disk full, I/O error
-                    aborted.append(RunAborted(_os_reason(err, out / RESULTS), exit_code=2))
-                    return
-                _tally(summary, usage_totals, record)
-                _note_generation(generation, record)
-                if on_result:
-                    on_result(record)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(failed=summary.failed, requests=summary.requests,
-                                    tokens=summary.input_tokens + summary.output_tokens, refresh=False)
-
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, len(todo) or 1)))]
+        workers = [asyncio.create_task(self._worker(app, queue, fresh))
+                   for _ in range(max(1, min(self.concurrency, len(self.todo) or 1)))]
         try:
             # the first abort cancels the other workers' items at once: their checkpoints stay for a resume
-            while any(not task.done() for task in workers) and not aborted:
+            while any(not task.done() for task in workers) and not self.aborted:
                 await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
-            if aborted:
+            if self.aborted:
                 for task in workers:
                     task.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)
             else:
                 await asyncio.gather(*workers)  # re-raises a worker's unexpected error
         except asyncio.CancelledError:
-            summary.interrupted = True
+            self.summary.interrupted = True
             for task in workers:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
         finally:
-            results.close()
-            if bar is not None:
-                bar.close()
+            self.results.close()
+            if self.bar is not None:
+                self.bar.close()
 
-    summary.seconds = time.monotonic() - started
-    _flush_traces()
-    attempts = Counter(http_attempts)
-    attempts.subtract(attempts_before)
-    summary.attempts = sum(max(0, n) for n in attempts.values())
-    summary.cost_usd = estimate_cost(usage_totals, prices)
-    if llm_cache is not None:
-        summary.cache_hits = llm_cache.hits
-        llm_cache.close()
-    manifest_data.update(
-        ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
-        counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir")},
-        usage_by_agent=usage_totals, usage_by_model=_by_model(usage_totals), generation=generation,
-        attempts_by_model={label: n for label, n in attempts.items() if n > 0},
-    )
-    if aborted:
-        manifest_data["aborted"] = str(aborted[0])
-    try:
-        write_manifest(out, manifest_data)
-    except OSError as err:
-        # a full disk: the results and checkpoints already hold every finished item; say so, do not crash
-        aborted.append(RunAborted(_os_reason(err, out / MANIFEST), exit_code=2))
-    if aborted:
-        aborted[0].summary = summary
-        raise aborted[0]
-    if summary.interrupted:
-        raise KeyboardInterrupt(f"run interrupted; resume with --resume {out}")
-    return summary
+    async def _worker(self, app: Any, queue: asyncio.Queue[EvalItem], fresh: bool) -> None:
+        while not self.aborted:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                record = await self.judge(app, item, fresh)
+                self.results.write(record)
+            except RunAborted as stop:
+                self.aborted.append(stop)
+                return
+            except OSError as err:  # the results file: disk full, I/O error
+                self.aborted.append(RunAborted(_os_reason(err, self.out / RESULTS), exit_code=2))
+                return
+            self.tally(record)
+
+    async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
+        """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
+        config: RunnableConfig = {"configurable": {"thread_id": item.id},
+                                   **trace_config(item.id, self.protocol, self.out.name)}
+        snapshot = _NO_STATE if fresh else await app.aget_state(config)
+        try:
+            # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
+            # leaves next == () with the finished task still pending; it must be resumed, not restarted
+            if snapshot.values and not snapshot.tasks and snapshot.values.get("verdict") is not None:
+                return _record(item, snapshot.values, "ok")
+            # a thread with pending steps continues from its last checkpoint; otherwise a fresh start
+            # the item goes in as plain data, so checkpoints never hold our classes
+            graph_input = None if snapshot.values and snapshot.tasks else {
+                "item": item.model_dump(mode="json", exclude_none=True)}
+            if self.on_token is None:
+                values = await app.ainvoke(graph_input, config, context=self.context, durability=self.mode)
+            else:
+                values = await _streamed(app, graph_input, config, self.context, item.id, self.on_token, self.mode)
+            if self.keep_checkpoints == "final" and self.mode != "exit":
+                await keep_final_only(app.checkpointer, item.id)
+            return _record(item, values, "ok")
+        except Exception as err:
+            fatal = _fatal(err)
+            if fatal is not None:
+                raise fatal from err
+            state = await app.aget_state(config)
+            return _record(item, state.values or {}, "failed", redact_text(f"{type(err).__name__}: {err}"))
+
+    def tally(self, record: dict[str, Any]) -> None:
+        """Count a finished item: outcome, usage (summed by ``add_usage``, the one place usage is summed)."""
+        summary = self.summary
+        if record["status"] == "ok":
+            summary.done += 1
+            verdict = record.get("verdict") or {}
+            summary.missing_verdicts += 1 if not verdict or verdict.get("missing") else 0
+        else:
+            summary.failed += 1
+            summary.failures[record["id"]] = record.get("error", "")
+        summary.missing_judgments += int(record.get("n_missing", 0))
+        self.usage = add_usage(self.usage, {
+            agent: {"role": entry.get("role"), "model": entry.get("model"),
+                    **{key: int(entry.get(key, 0)) for key in COUNTED}}
+            for agent, entry in (record.get("usage") or {}).items()})
+        summary.requests, summary.input_tokens, summary.output_tokens = _counted(self.usage.values())
+        _note_generation(self.generation, record)
+        if self.on_result:
+            self.on_result(record)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(failed=summary.failed, requests=summary.requests,
+                                 tokens=summary.input_tokens + summary.output_tokens, refresh=False)
+
+    def finish(self) -> RunSummary:
+        """Totals and the manifest's end; raises the stop (:class:`RunAborted`) or the interruption, if any."""
+        summary, out = self.summary, self.out
+        summary.seconds = time.monotonic() - self.started
+        _flush_traces()
+        attempts = Counter(http_attempts)
+        attempts.subtract(self.attempts_before)
+        summary.attempts = sum(max(0, n) for n in attempts.values())
+        summary.cost_usd = estimate_cost(self.usage, self.prices)
+        if self.llm_cache is not None:
+            summary.cache_hits = self.llm_cache.hits
+            self.llm_cache.close()
+        self.manifest.update(
+            ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
+            counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir")},
+            usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
+            attempts_by_model={label: n for label, n in attempts.items() if n > 0},
+        )
+        if self.aborted:
+            self.manifest["aborted"] = str(self.aborted[0])
+        try:
+            write_manifest(out, self.manifest)
+        except OSError as err:
+            # a full disk: the results and checkpoints already hold every finished item; say so, do not crash
+            self.aborted.append(RunAborted(_os_reason(err, out / MANIFEST), exit_code=2))
+        if self.aborted:
+            self.aborted[0].summary = summary
+            raise self.aborted[0]
+        if summary.interrupted:
+            raise KeyboardInterrupt(f"run interrupted; resume with --resume {out}")
+        return summary
 
 
 _NO_STATE = StateSnapshot(values={}, next=(), config={}, metadata=None, created_at=None, parent_config=None,
@@ -401,36 +451,21 @@ async def _streamed(app: Any, graph_input: Any, config: RunnableConfig, context:
     return values
 
 
-def _tally(summary: RunSummary, totals: dict[str, dict[str, Any]], record: dict[str, Any]) -> None:
-    if record["status"] == "ok":
-        summary.done += 1
-        verdict = record.get("verdict") or {}
-        summary.missing_verdicts += 1 if not verdict or verdict.get("missing") else 0
-    else:
-        summary.failed += 1
-        summary.failures[record["id"]] = record.get("error", "")
-    summary.missing_judgments += int(record.get("n_missing", 0))
-    for agent, entry in (record.get("usage") or {}).items():
-        summary.requests += int(entry.get("requests", 0))
-        summary.input_tokens += int(entry.get("input_tokens", 0))
-        summary.output_tokens += int(entry.get("output_tokens", 0))
-        into = totals.setdefault(agent, {"role": entry.get("role"), "model": entry.get("model"),
-                                         "requests": 0, "input_tokens": 0, "output_tokens": 0})
-        for key in ("requests", "input_tokens", "output_tokens"):
-            into[key] += int(entry.get(key, 0))
-
-
 def _note_generation(generation: dict[str, dict[str, Any]], record: dict[str, Any]) -> None:
     generation.update({agent: entry["params"] for agent, entry in (record.get("usage") or {}).items()
                        if "params" in entry})
 
 
+def _counted(entries: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
+    """Requests, input tokens and output tokens over usage entries."""
+    rows = list(entries)
+    return tuple(sum(int(entry.get(key, 0)) for entry in rows) for key in COUNTED)
+
+
 def _by_model(usage: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
     totals: dict[str, dict[str, int]] = {}
     for entry in usage.values():
-        into = totals.setdefault(str(entry.get("model")), {"requests": 0, "input_tokens": 0, "output_tokens": 0})
-        for key in into:
-            into[key] += int(entry.get(key, 0))
+        totals = add_usage(totals, {str(entry.get("model")): {key: int(entry.get(key, 0)) for key in COUNTED}})
     return totals
 
 
