@@ -49,7 +49,7 @@ class FakeGeminiServer(FakeServer):
 
     @property
     def base_url(self) -> str:
-        """What to give as ``base_url`` (the client adds ``/v1beta/models/...``)."""
+        """What to give as ``base_url`` (the client adds ``/v1/models/...``, ``/v1beta/`` before google-genai 3)."""
         return self.root_url
 
     def _model_of(self, path: str) -> str | None:
