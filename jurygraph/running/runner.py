@@ -246,6 +246,7 @@ class _Run:
         self.generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
         self.aborted: list[RunAborted] = []
         self.protocol = str(self.manifest_given.get("protocol") or "")
+        self.traced = _tracing()
 
     def start(self) -> None:
         """What a resumed run keeps, the call cache, the manifest's start and the results file."""
@@ -348,8 +349,9 @@ class _Run:
 
     async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
         """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
-        config: RunnableConfig = {"configurable": {"thread_id": item.id},
-                                   **trace_config(item.id, self.protocol, self.out.name)}
+        config: RunnableConfig = {"configurable": {"thread_id": item.id}}
+        if self.traced:  # LangGraph copies a run's metadata into every checkpoint: only when a trace needs it
+            config.update(trace_config(item.id, self.protocol, self.out.name))
         snapshot = _NO_STATE if fresh else await app.aget_state(config)
         try:
             # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
@@ -516,11 +518,16 @@ def trace_config(item_id: str, protocol: str, run: str) -> RunnableConfig:
     return {"run_name": f"{protocol or 'jurygraph'} item {item_id}", "tags": tags, "metadata": metadata}
 
 
-def _flush_traces() -> None:
-    """Send the traces still queued before the command exits (a no-op when tracing is off)."""
+def _tracing() -> bool:
+    """Whether LangSmith tracing is on (``LANGSMITH_TRACING``)."""
     from langsmith.utils import tracing_is_enabled
 
-    if tracing_is_enabled():
+    return bool(tracing_is_enabled())
+
+
+def _flush_traces() -> None:
+    """Send the traces still queued before the command exits (a no-op when tracing is off)."""
+    if _tracing():
         from langchain_core.tracers.langchain import wait_for_all_tracers
 
         wait_for_all_tracers()
