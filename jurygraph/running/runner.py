@@ -438,9 +438,17 @@ _NO_STATE = StateSnapshot(values={}, next=(), config={}, metadata=None, created_
 
 
 async def _has_threads(saver: BaseCheckpointSaver) -> bool:
-    async for _ in saver.alist(None, limit=1):
-        return True
-    return False
+    # closed here, on the saver's open connection: an abandoned generator would be closed by the garbage
+    # collector after the connection is ("Task exception was never retrieved ... closed database")
+    checkpoints = saver.alist(None, limit=1)
+    try:
+        async for _ in checkpoints:
+            return True
+        return False
+    finally:
+        close = getattr(checkpoints, "aclose", None)  # typed as an iterator; savers return async generators
+        if close is not None:
+            await close()
 
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES}
