@@ -630,27 +630,29 @@ def startup_figures() -> dict[str, Any]:
 
 def _scale_run(server: ServerProcess, items: Sequence[EvalItem], out: Path, settings: Settings) -> dict[str, Any]:
     """One ``jurygraph eval`` process over ``items`` at zero latency: request rate (server clock, first to
-    last answer), first request after the command's start, peak RSS (wait4), bytes on disk per item."""
+    last answer), first request after the command's start, peak RSS and CPU (``benchmarks/peak.py``: measured
+    from a small parent, since a child of this process would count this process's memory), bytes on disk per
+    item."""
     dataset = write_items(items, settings.work / f"{out.name}.jsonl")
     log0 = len(server.log())
+    command = [sys.executable, str(Path(__file__).with_name("peak.py")), "--",
+               *_cli(server.base_url, out, dataset, settings), *settings.scale_args]
     started = time.time()
-    child = subprocess.Popen([*_cli(server.base_url, out, dataset, settings), *settings.scale_args],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    measured = subprocess.run(command, check=True, capture_output=True, text=True)
     seconds = time.time() - started
+    child = json.loads(measured.stdout.strip().splitlines()[-1])
     times = [e["t"] for e in server.log(log0)]
     requests = len(times)
     rate = requests / (times[-1] - times[0]) if requests > 1 else 0.0
     results = _disk(out, RESULTS)
     checkpoints, cache = _disk(out, "checkpoints.sqlite"), _disk(out, "llm_cache.sqlite")
     lines = _lines(out)
-    return {"items": len(items), "exit_code": child.returncode, "results": lines, "requests": requests,
+    return {"items": len(items), "exit_code": child["exit_code"], "results": lines, "requests": requests,
             "seconds": round(seconds, 2), "requests_per_second": round(rate, 1),
-            "first_request_after_start_s": round(times[0] - started, 2) if times else None,
-            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "first_request_after_start_s": round(times[0] - child["started"], 2) if times else None,
+            "peak_rss_mb": round(child["peak_rss_kb"] / 1024, 1),
             # CPU time per request does not depend on what else the shared machine runs; the rate does
-            "cpu_ms_per_request": round(1000 * (usage.ru_utime + usage.ru_stime) / requests, 2) if requests else None,
+            "cpu_ms_per_request": round(1000 * child["cpu_seconds"] / requests, 2) if requests else None,
             "bytes_per_item": {"results": round(results / len(items)), "checkpoints": round(checkpoints / len(items)),
                                "cache": round(cache / len(items))},
             "disk_over_results_line": round((checkpoints + cache) / results, 2) if results else None}

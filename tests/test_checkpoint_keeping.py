@@ -40,7 +40,10 @@ def test_by_default_a_finished_item_keeps_one_checkpoint_and_show_reads_it(
     assert checkpoints_per_thread(out) == {"0": 1, "1": 1}
     assert writes(out) == 0
     with sqlite3.connect(out / "checkpoints.sqlite") as db:
-        assert {row[0] for row in db.execute("SELECT type FROM checkpoints")} == {"msgpack+zlib"}
+        assert {row[0] for row in db.execute("SELECT type FROM checkpoints")} == {"msgpack+zdict1"}
+        # untraced, an item's checkpoint carries no trace metadata (LangGraph copies a run's metadata into it)
+        metadata = [json.loads(row[0]) for row in db.execute("SELECT metadata FROM checkpoints")]
+        assert all("item_id" not in m and "run" not in m for m in metadata), metadata
     capsys.readouterr()
     assert main(["show", str(out), "1", "--json"]) == 0
     view = json.loads(capsys.readouterr().out)
@@ -103,3 +106,21 @@ def test_cache_values_are_compressed_and_old_text_values_still_read(tmp_path: Pa
     cache.put("k2", value)
     assert cache.get("k2") == value and len(cache) == 2
     cache.close()
+
+
+def test_checkpoints_of_earlier_versions_still_read() -> None:
+    """Blobs written before the preset dictionary (plain zlib, ``msgpack+zlib``) or uncompressed (``msgpack``)
+    read back through the same serializer as today's (``msgpack+zdict1``)."""
+    import zlib
+
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from jurygraph.running.checkpoints import serializer
+
+    value = {"histories": {"Critic": ["a reply"]}, "turn": 2, "verdict": {"score": 3.5}}
+    plain = JsonPlusSerializer().dumps_typed(value)
+    assert plain[0] == "msgpack"
+    current = serializer().dumps_typed(value)
+    assert current[0] == "msgpack+zdict1" and len(current[1]) < len(plain[1])
+    for stored in (plain, ("msgpack+zlib", zlib.compress(plain[1])), current):
+        assert serializer().loads_typed(stored) == value

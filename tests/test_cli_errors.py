@@ -104,3 +104,15 @@ def test_base_url_without_model_still_needs_one_when_an_agent_has_none(tmp_path:
                             "--out", str(tmp_path / "run"), "--quiet"], capsys)
     assert code == 2
     assert_one_line(err, "--base-url needs --model NAME")
+
+
+def test_repeated_item_ids_are_named_before_anything_runs(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "pairs.jsonl"
+    rows = [{"id": i, "question": "Q", "response_1": "a", "response_2": "b"} for i in ("x", "y", "x", "z", "y")]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, err, _ = run_cli(["eval", "--dataset", str(data), "--task", "pairwise", "--model", "judge", "--base-url",
+                            "http://127.0.0.1:9/v1", "--out", str(tmp_path / "run"), "--quiet"], capsys)
+    assert code == 2
+    assert_one_line(err, "item ids must be unique within a run; repeated: x, y")
+    assert not (tmp_path / "run").exists()

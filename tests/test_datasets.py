@@ -3,6 +3,7 @@ mapping, and malformed rows reported by file, row and field while valid rows sti
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from importlib import resources
@@ -143,3 +144,33 @@ def test_jsonl_human_object_and_csv_scores(tmp_path: Path) -> None:
         ("s1", "two\nlines", "d1", {"coherence": 3.5}), ("s2", "short", "d1", None),
         ("s4", "ok", "d2", {"coherence": 4.0})]
     assert [(e.row, e.field) for e in dataset.errors] == [(5, None)]  # the row ends on file line 5
+
+
+def test_a_table_is_streamed_read_again_on_each_pass_and_never_held(tmp_path: Path) -> None:
+    """A JSONL/CSV table is validated once at load (errors, count, hash, repeated ids) and read again, row by row,
+    whenever it is iterated: loading keeps no item, and a row's problem is reported once, not on every pass."""
+    path = tmp_path / "rows.jsonl"
+    rows = [{"id": f"r{i}", "response": f"text {i}", "human": {"fluency": 3}, "scale": {"low": 1, "high": 5}}
+            for i in range(5)]
+    path.write_text("\n".join([*map(json.dumps, rows[:3]), "{broken", *map(json.dumps, rows[3:])]) + "\n")
+    dataset = load_dataset(path, task="score", aspect="fluency")
+    assert dataset.streamed and len(dataset) == 5 and dataset.tasks == {"score"} and dataset.duplicates == []
+    assert [(e.row, e.message[:14]) for e in dataset.errors] == [(4, "not valid JSON")]
+    assert dataset.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    first, second = [item.id for item in dataset], [item.id for item in dataset]
+    assert first == second == ["r0", "r1", "r2", "r3", "r4"] and len(dataset.errors) == 1
+    head = dataset.head(2)
+    assert head.streamed and len(head) == 2 and [item.id for item in head] == ["r0", "r1"]
+    # each pass reads the file: a row appended after loading shows in the next pass (the runner's pass)
+    with path.open("a") as handle:
+        handle.write(json.dumps({**rows[0], "id": "late"}) + "\n")
+    assert [item.id for item in dataset][-1] == "late"
+    # `items` builds the whole list when a caller wants it (a notebook, a small file); then it is held
+    assert [item.id for item in dataset.items] == ["r0", "r1", "r2", "r3", "r4", "late"] and not dataset.streamed
+
+
+def test_repeated_ids_in_a_table_are_found_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    path.write_text("id,response,scale_low,scale_high\na,x,1,5\nb,y,1,5\na,z,1,5\nc,w,1,5\nb,v,1,5\n")
+    dataset = load_dataset(path, task="score")
+    assert dataset.duplicates == ["a", "b"] and len(dataset) == 5

@@ -201,6 +201,32 @@ def test_duplicate_ids_are_refused(tmp_path: Path) -> None:
             context=JuryContext(default=FakeJudge(respond=respond)))
 
 
+def test_a_stream_of_items_is_pulled_as_workers_free_up_and_a_repeated_id_stops_it(tmp_path: Path) -> None:
+    """``arun`` takes any iterable: items are drawn one at a time (a million-row dataset is never held), and an id
+    seen twice stops the run in one line, keeping the items judged before it."""
+    pulled: list[str] = []
+    pulled_at_result: list[int] = []
+
+    def stream(n: int, repeat: str | None = None):  # type: ignore[no-untyped-def]
+        for item in [*items(n), *(items(int(repeat[1:]) + 1)[-1:] if repeat else [])]:
+            pulled.append(item.id)
+            yield item
+
+    summary = run(create_chateval(), stream(12), out_dir=tmp_path / "a", concurrency=3, progress=False,
+                  context=JuryContext(default=FakeJudge(respond=respond)),
+                  on_result=lambda record: pulled_at_result.append(len(pulled)))
+    assert (summary.items, summary.done) == (12, 12) and len(read_results(tmp_path / "a")) == 12
+    # when the k-th item finished, at most the 3 in flight and the next had been drawn
+    assert all(drawn <= k + 3 for k, drawn in enumerate(pulled_at_result, start=1)), pulled_at_result
+
+    pulled.clear()
+    with pytest.raises(RunAborted, match="'q2' is repeated") as stop:
+        run(create_chateval(), stream(4, repeat="q2"), out_dir=tmp_path / "b", concurrency=1, progress=False,
+            context=JuryContext(default=FakeJudge(respond=respond)))
+    assert stop.value.exit_code == 2
+    assert sorted(r["id"] for r in read_results(tmp_path / "b")) == ["q0", "q1", "q2", "q3"]
+
+
 SCRIPT = """
 import sys
 from jurygraph.cli import main

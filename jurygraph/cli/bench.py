@@ -47,11 +47,9 @@ def datasets_for(name: str, aspects: Sequence[str] | None, *, task: str | None =
     chosen: list[str | None] = list(aspects) if aspects else list(DEFAULT_ASPECTS.get(key, [None]))
     out: dict[str, Dataset] = {}
     for aspect in chosen:
-        dataset = load_dataset(name, aspect=aspect, task=task, mapping=mapping)
-        if dataset.items and dataset.items[0].task is not TaskKind.SCORE:
-            dataset.items = dataset.items[:limit] if limit else dataset.items
+        dataset = load_dataset(name, aspect=aspect, task=task, mapping=mapping).head(limit)
+        if dataset.tasks - {TaskKind.SCORE.value}:
             return {"": dataset}
-        dataset.items = dataset.items[:limit] if limit else dataset.items
         out[aspect or ""] = dataset
     return out
 
@@ -65,7 +63,7 @@ async def run_method(name: str, setup: ProtocolSetup, context: JuryContext, data
     records: list[dict[str, Any]] = []
     for aspect, dataset in datasets.items():
         run_dir = out / "runs" / slug(name) / (aspect or dataset.name)
-        await arun(setup.graph, dataset.items, out_dir=run_dir, context=context, concurrency=concurrency,
+        await arun(setup.graph, dataset, out_dir=run_dir, context=context, concurrency=concurrency,
                    resume=True, progress=progress,
                    manifest={**(manifest or {}), "method": name, "protocol": setup.params.get("protocol"),
                              "parameters": setup.params, "dataset": {"name": dataset.name, "sha256": dataset.sha256,

@@ -150,11 +150,16 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)
-    if not dataset.items:
+    if not len(dataset):
         raise UsageError(f"{args.dataset}: no judgeable rows ({len(dataset.errors)} skipped, reasons above)")
-    items = dataset.items[: args.limit] if args.limit else dataset.items
+    if dataset.duplicates:
+        shown = ", ".join(dataset.duplicates[:10]) + (" ..." if len(dataset.duplicates) > 10 else "")
+        raise UsageError(f"{args.dataset}: item ids must be unique within a run; repeated: {shown} "
+                         "(give each row its own id, or --map id=COLUMN)")
+    # a JSONL/CSV table stays on disk: the runner reads it again item by item
+    items = dataset.head(args.limit)
     setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
-    check_task(args.protocol, {str(item.task) for item in items}, str(args.dataset))
+    check_task(args.protocol, items.tasks, str(args.dataset))
     context = context_from_args(args, setup)
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -44,20 +44,85 @@ class RowError:
         return f"{where}: {self.message}"
 
 
-@dataclass
 class Dataset:
-    """Items that loaded, the rows that did not, and a hash of the source bytes (for run manifests)."""
+    """Items that loaded, the rows that did not, and a hash of the source bytes (for run manifests).
 
-    name: str
-    items: list[EvalItem] = field(default_factory=list)
-    errors: list[RowError] = field(default_factory=list)
-    sha256: str = ""
+    A benchmark in one of the JSON layouts is parsed whole and its items are held in ``items``. A JSONL/CSV
+    table is *streamed*: loading reads it once to validate every row (``errors``, ``len()``, ``duplicates``),
+    and iterating reads it again, building one item at a time, so a run over a million rows never holds them
+    all (``items`` still builds the whole list when asked, for notebooks and small files).
+    """
+
+    def __init__(self, name: str, items: list[EvalItem] | None = None, errors: list[RowError] | None = None,
+                 sha256: str = "", *, reread: Callable[[], Iterator[EvalItem]] | None = None, count: int = 0,
+                 duplicates: Sequence[str] = (), task: TaskKind | None = None) -> None:
+        self.name = name
+        self.errors: list[RowError] = errors if errors is not None else []
+        self.sha256 = sha256
+        self._items: list[EvalItem] | None = items if items is not None else None if reread is not None else []
+        self._reread = reread
+        self._count = count
+        self._duplicates = list(duplicates)
+        self._task = task  # a streamed table's rows share its task kind
+
+    @property
+    def items(self) -> list[EvalItem]:
+        if self._items is None:
+            self._items = list(self)
+        return self._items
+
+    @items.setter
+    def items(self, value: list[EvalItem]) -> None:
+        self._items, self._reread = list(value), None
+
+    @property
+    def streamed(self) -> bool:
+        """Whether iterating re-reads the file instead of walking a list held in memory."""
+        return self._items is None
+
+    @property
+    def duplicates(self) -> list[str]:
+        """Item ids that occur more than once (a run needs unique ids), sorted."""
+        if self._items is None:
+            return self._duplicates
+        return repeated(item.id for item in self._items)
+
+    @property
+    def tasks(self) -> set[str]:
+        """The task kinds of the items ("pairwise", "score", "choice")."""
+        if self._items is None and self._task is not None:
+            return {self._task.value} if self._count else set()
+        return {item.task.value for item in self}
+
+    def head(self, n: int | None) -> Dataset:
+        """The first ``n`` items (all for None) as a dataset of the same kind: a streamed one stays streamed."""
+        if n is None or n >= len(self):
+            return self
+        if self._items is not None:
+            return Dataset(self.name, self._items[:n], self.errors, self.sha256)
+        return Dataset(self.name, errors=self.errors, sha256=self.sha256, count=n, duplicates=self._duplicates,
+                       task=self._task, reread=lambda: itertools.islice(iter(self), n))
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self._items) if self._items is not None else self._count
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.items)
+    def __iter__(self) -> Iterator[EvalItem]:
+        if self._items is not None:
+            return iter(self._items)
+        assert self._reread is not None
+        return self._reread()
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name!r}, {len(self)} items, {len(self.errors)} errors)"
+
+
+def repeated(ids: Iterable[str]) -> list[str]:
+    """The ids seen more than once, sorted."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for item_id in ids:
+        (twice if item_id in seen else seen).add(item_id)
+    return sorted(twice)
 
 
 class DatasetError(ValueError):
@@ -125,19 +190,27 @@ def _row_label(number: int, row: Any, id_field: str) -> str:
 
 
 def _make(dataset: Dataset, file: str, row: int | str, build: Callable[[], dict[str, Any]]) -> None:
-    """Build one item; any problem becomes a RowError naming the field, and loading goes on."""
+    """Build one item into ``dataset.items``; any problem becomes a RowError naming the field, and loading goes on."""
+    item = _build(dataset.errors, file, row, build)
+    if item is not None:
+        dataset.items.append(item)
+
+
+def _build(errors: list[RowError], file: str, row: int | str, build: Callable[[], dict[str, Any]]) -> EvalItem | None:
+    """One item, or None with the row's problems added to ``errors`` (each naming its field)."""
     try:
-        dataset.items.append(EvalItem.model_validate(build()))
+        return EvalItem.model_validate(build())
     except FieldError as err:
-        dataset.errors.append(RowError(file, row, err.field, str(err)))
+        errors.append(RowError(file, row, err.field, str(err)))
     except ValidationError as err:
         for problem in err.errors():
             loc = ".".join(str(p) for p in problem["loc"]) or None
-            dataset.errors.append(RowError(file, row, loc, problem["msg"]))
+            errors.append(RowError(file, row, loc, problem["msg"]))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         name = err.args[0] if isinstance(err, KeyError) and err.args else None
         message = f"missing field {name!r}" if isinstance(err, KeyError) else str(err)
-        dataset.errors.append(RowError(file, row, str(name) if name else None, message))
+        errors.append(RowError(file, row, str(name) if name else None, message))
+    return None
 
 
 def load_faireval(path: str | Path | None = None, *, reverse: bool = False) -> Dataset:
@@ -253,38 +326,61 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
     (e.g. ``{"question": "prompt", "response_1": "answer_a"}``); columns named like item fields map
     themselves (``scale_low``/``scale_high`` give the scale; a JSONL ``human`` object is taken as is).
     ``human.<key>`` targets fill human labels (numbers for score items; an empty cell is no label);
-    ``defaults`` fills fields for every row."""
+    ``defaults`` fills fields for every row.
+
+    The file is streamed (:class:`Dataset`): read once here to validate, hash and count its rows, and again,
+    row by row, each time the dataset is iterated."""
     file = Path(path)
     if not file.exists():
         raise DatasetError(f"{file}: no such file")
-    dataset = Dataset(file.stem, sha256=_sha256(file))
+    kind = TaskKind(task).value
     columns, recoded = _split_mapping(mapping or {})
-    for number, row in _rows(file, dataset):
-        def build(row: Mapping[str, Any] = row, number: int = number) -> dict[str, Any]:
-            data: dict[str, Any] = {"task": TaskKind(task).value, **(defaults or {})}
-            fields = set(EvalItem.model_fields) - {"human", "meta"}
-            for column, value in row.items():
-                if column in columns.values():
-                    continue
-                if column in fields or column in ("scale_low", "scale_high") or (
-                        column in ("human", "meta") and isinstance(value, Mapping)):
-                    data[column] = value
-            for target, column in columns.items():
-                if column not in row:
-                    raise KeyError(column)
-                _put(data, target, recoded.get(target, {}).get(str(row[column]), row[column]))
-            data.setdefault("id", str(number))
-            if data["task"] == TaskKind.SCORE.value and isinstance(data.get("human"), dict):
-                # an empty cell is no label (the item still loads; metaeval counts it as unlabelled)
-                # a label that is not a number ("abc") is an error in the file, not a missing label
-                data["human"] = {k: _number(v, f"human.{k}") for k, v in data["human"].items()
-                                 if v not in ("", None)} or None
-            for name in ("low", "high"):
-                if f"scale_{name}" in data:
-                    data.setdefault("scale", {})[name] = float(data.pop(f"scale_{name}"))
-            return data
-        _make(dataset, str(file), _row_label(number, row, columns.get("id", "id")), build)
-    return dataset
+
+    def items(errors: list[RowError], digest: Any = None) -> Iterator[EvalItem]:
+        for number, row in _rows(file, errors, digest):
+            def build(row: Mapping[str, Any] = row, number: int = number) -> dict[str, Any]:
+                return _table_row(row, number, kind, columns, recoded, defaults)
+            item = _build(errors, str(file), _row_label(number, row, columns.get("id", "id")), build)
+            if item is not None:
+                yield item
+
+    errors: list[RowError] = []
+    digest = hashlib.sha256()
+    ids = [item.id for item in items(errors, digest)]  # the validating pass keeps only the ids
+    # iterating reads the file again; its rows' problems were reported by this pass, so they are not collected
+    return Dataset(file.stem, errors=errors, sha256=digest.hexdigest(), reread=lambda: items([]), count=len(ids),
+                   duplicates=repeated(ids), task=TaskKind(task))
+
+
+# the item fields a same-named column fills (human and meta only as objects); once, not per row: reading a
+# pydantic model's fields costs ~10 µs
+_ITEM_FIELDS = frozenset(EvalItem.model_fields) - {"human", "meta"}
+
+
+def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[str, str],
+               recoded: Mapping[str, Mapping[str, str]], defaults: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An item's fields from one table row: mapped columns, same-named columns, the defaults."""
+    data: dict[str, Any] = {"task": task, **(defaults or {})}
+    for column, value in row.items():
+        if column in columns.values():
+            continue
+        if column in _ITEM_FIELDS or column in ("scale_low", "scale_high") or (
+                column in ("human", "meta") and isinstance(value, Mapping)):
+            data[column] = value
+    for target, column in columns.items():
+        if column not in row:
+            raise KeyError(column)
+        _put(data, target, recoded.get(target, {}).get(str(row[column]), row[column]))
+    data.setdefault("id", str(number))
+    if data["task"] == TaskKind.SCORE.value and isinstance(data.get("human"), dict):
+        # an empty cell is no label (the item still loads; metaeval counts it as unlabelled)
+        # a label that is not a number ("abc") is an error in the file, not a missing label
+        data["human"] = {k: _number(v, f"human.{k}") for k, v in data["human"].items()
+                         if v not in ("", None)} or None
+    for name in ("low", "high"):
+        if f"scale_{name}" in data:
+            data.setdefault("scale", {})[name] = float(data.pop(f"scale_{name}"))
+    return data
 
 
 _VALUE_MAP = re.compile(r"^(?P<target>[^\[\]]+)\[(?P<value>[^\]]*)\]$")
@@ -312,14 +408,6 @@ def _put(data: dict[str, Any], target: str, value: Any) -> None:
         data[head] = value
 
 
-def _sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with file.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _decode(file: Path, raw: bytes, offset: int = 0, encoding: str = "utf-8-sig") -> str:
     try:
         return raw.decode(encoding)
@@ -328,40 +416,44 @@ def _decode(file: Path, raw: bytes, offset: int = 0, encoding: str = "utf-8-sig"
                            "save it as UTF-8") from None
 
 
-def _rows(file: Path, dataset: Dataset) -> Iterable[tuple[int, Mapping[str, Any]]]:
+def _lines(file: Path, digest: Any = None) -> Iterator[str]:
+    """The file's text line by line (its bytes, text and list of lines were each the size of the file at once:
+    a 20,000-item JSONL is ~60 MB); ``digest`` (a hashlib object) is fed every byte on the way. A line is
+    decoded alone: a newline byte never falls inside a UTF-8 character, so an error's byte offset is exact."""
+    offset = 0
+    with file.open("rb") as handle:
+        for raw in handle:
+            if digest is not None:
+                digest.update(raw)
+            yield _decode(file, raw, offset, "utf-8-sig" if offset == 0 else "utf-8")
+            offset += len(raw)
+
+
+def _rows(file: Path, errors: list[RowError], digest: Any = None) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(line number, row) of a CSV or JSONL file, read as a stream; a row that is not one goes to ``errors``."""
     if file.suffix.lower() == ".csv":
-        reader = csv.DictReader(io.StringIO(_decode(file, file.read_bytes()), newline=""))
+        reader = csv.DictReader(_lines(file, digest))
         for row in reader:
             # line_num: the file line where the row ends (quoted cells may span lines; line 1 is the header)
             extra = row.pop(None, None)  # type: ignore[call-overload]
             if extra:
-                dataset.errors.append(RowError(str(file), reader.line_num, None,
-                                               f"{len(extra)} more cells than the header has columns"))
+                errors.append(RowError(str(file), reader.line_num, None,
+                                       f"{len(extra)} more cells than the header has columns"))
                 continue
             yield reader.line_num, row
         return
-    yield from _jsonl_rows(file, dataset)
-
-
-def _jsonl_rows(file: Path, dataset: Dataset) -> Iterable[tuple[int, Mapping[str, Any]]]:
-    """Line by line: the file's bytes, its text and a list of its lines were each the size of the file at once
-    (a 20,000-item JSONL is ~60 MB), all alive until the last item was built."""
-    offset = 0
-    with file.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            line = _decode(file, raw, offset, "utf-8-sig" if number == 1 else "utf-8")
-            offset += len(raw)
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                dataset.errors.append(RowError(str(file), number, None, f"not valid JSON ({err.msg})"))
-                continue
-            if not isinstance(row, dict):
-                dataset.errors.append(RowError(str(file), number, None, "a JSONL row must be an object"))
-                continue
-            yield number, row
+    for number, line in enumerate(_lines(file, digest), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            errors.append(RowError(str(file), number, None, f"not valid JSON ({err.msg})"))
+            continue
+        if not isinstance(row, dict):
+            errors.append(RowError(str(file), number, None, "a JSONL row must be an object"))
+            continue
+        yield number, row
 
 
 def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: str | None = None,
@@ -369,7 +461,8 @@ def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: s
     """A built-in benchmark by name, a file in one of their layouts, or a JSONL/CSV table (with ``task``)."""
     key = str(name_or_path)
     dataset = _load(key, aspect, task, mapping, reverse)
-    if aspect and dataset.items and all(item.task is TaskKind.PAIRWISE for item in dataset.items):
+    first = next(iter(dataset), None) if aspect else None  # a dataset's items share one task kind
+    if first is not None and first.task is TaskKind.PAIRWISE:
         # FairEval-style preferences have no aspects: an --aspect would be silently ignored
         raise DatasetError(f"{name_or_path}: --aspect {aspect} applies to score datasets; this one holds pairwise "
                            "preferences")

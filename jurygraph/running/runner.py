@@ -24,7 +24,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -46,18 +46,21 @@ from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
+from jurygraph.running.datasets import repeated
 from jurygraph.running.rundir import (
     CACHE,
     CHECKPOINTS,
     MANIFEST,
     RESULTS,
     ResultsFile,
-    read_results,
+    iter_results,
     run_lock,
     write_manifest,
 )
 
 __all__ = ["RunAborted", "RunSummary", "arun", "run"]
+
+DUPLICATE_IDS = "item ids must be unique within a run"
 
 
 class RunAborted(RuntimeError):
@@ -189,11 +192,10 @@ async def arun(
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
     """
-    items = list(items)
-    ids = [item.id for item in items]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
-    if duplicates:
-        raise ValueError(f"item ids must be unique within a run; repeated: {', '.join(duplicates[:10])}")
+    if isinstance(items, Sequence):  # a list is checked at once; a stream as it is read (a repeat stops the run)
+        duplicates = repeated(item.id for item in items)
+        if duplicates:
+            raise ValueError(f"{DUPLICATE_IDS}; repeated: {', '.join(duplicates[:10])}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
@@ -203,7 +205,7 @@ async def arun(
                                   manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
 
 
-async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: list[EvalItem], out: Path, *,
+async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], out: Path, *,
                        checkpoint: str | None, **options: Any) -> RunSummary:
     """The run's steps, with the run directory locked: start, judge every item, finish."""
     run = _Run(out, items, checkpoint=checkpoint, **options)
@@ -224,12 +226,17 @@ class _Run:
     :meth:`judge` (one item, from its checkpoint), :meth:`tally` (after each item) and :meth:`finish` (totals,
     the manifest's end)."""
 
-    def __init__(self, out: Path, items: list[EvalItem], *, context: JuryContext | None, concurrency: int,
+    def __init__(self, out: Path, items: Iterable[EvalItem], *, context: JuryContext | None, concurrency: int,
                  checkpoint: str | None, cache: bool | str | Path, resume: bool, keep_checkpoints: KeepCheckpoints,
                  progress: bool, manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
                  on_result: Callable[[dict[str, Any]], None] | None,
                  on_token: Callable[[str, str, str], None] | None) -> None:
-        self.out, self.items, self.concurrency, self.checkpoint = out, items, concurrency, checkpoint
+        self.out, self.concurrency, self.checkpoint = out, concurrency, checkpoint
+        # the items are pulled one at a time as workers free up (a streamed dataset is never held whole); the
+        # total is known when the source has a length (a list, a Dataset)
+        self.items: Iterator[EvalItem] = iter(items)
+        self.total: int | None = len(items) if isinstance(items, Sized) else None
+        self.seen: set[str] = set()
         self.cache, self.resume, self.keep_checkpoints, self.progress = cache, resume, keep_checkpoints, progress
         self.manifest_given, self.prices, self.on_result, self.on_token = manifest or {}, prices, on_result, on_token
         self.context = context or JuryContext()
@@ -239,23 +246,23 @@ class _Run:
         self.generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
         self.aborted: list[RunAborted] = []
         self.protocol = str(self.manifest_given.get("protocol") or "")
+        self.traced = _tracing()
 
     def start(self) -> None:
         """What a resumed run keeps, the call cache, the manifest's start and the results file."""
         out = self.out
-        previous = read_results(out) if self.resume else []
-        if not self.resume and previous == [] and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
+        if not self.resume and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
             raise FileExistsError(f"{out / RESULTS} exists: pass resume=True (--resume) or choose another --out")
-        finished = {r["id"]: r for r in previous if r.get("status") == "ok"}
+        # a resume keeps the finished items' lines (read as a stream, as they are copied) and only their ids
+        self.finished: set[str] = set()
         self.llm_cache = None
         if self.cache:
             self.llm_cache = LLMCache(out / CACHE if self.cache is True else Path(self.cache))
             self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
-        self.summary = RunSummary(out_dir=str(out), items=len(self.items),
-                                  skipped=sum(1 for item in self.items if item.id in finished))
+        self.summary = RunSummary(out_dir=str(out))
         self.manifest: dict[str, Any] = {
             **self.manifest_given, "started": datetime.now(UTC).isoformat(), "versions": _versions(),
-            "concurrency": self.concurrency, "items": len(self.items),
+            "concurrency": self.concurrency, "items": self.total,
             "checkpoint": redact_url(self.checkpoint) if self.checkpoint else CHECKPOINTS,
             "keep_checkpoints": self.keep_checkpoints,
         }
@@ -263,11 +270,31 @@ class _Run:
         # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
         self.manifest["ended"] = None
         write_manifest(out, self.manifest)
-        self.results = ResultsFile(out / RESULTS, finished.values())
-        self.todo = [item for item in self.items if item.id not in finished]
-        for record in finished.values():
-            _note_generation(self.generation, record)
-        self.bar = _progress_bar(len(self.items), self.summary.skipped, self.progress)
+        self.results = ResultsFile(out / RESULTS, self._kept() if self.resume else ())
+        self.bar = _progress_bar(self.total, self.progress)
+
+    def _kept(self) -> Iterator[dict[str, Any]]:
+        """The previous invocations' finished records, once each (a failed item is judged again)."""
+        for record in iter_results(self.out):
+            if record.get("status") == "ok" and record["id"] not in self.finished:
+                self.finished.add(record["id"])
+                _note_generation(self.generation, record)
+                yield record
+
+    def next_item(self) -> EvalItem | None:
+        """The next item to judge, None when there is none left. Items finished by an earlier invocation are
+        counted as skipped on the way; a repeated id stops the run (two items would share one thread)."""
+        for item in self.items:
+            if item.id in self.seen:
+                raise RunAborted(f"{DUPLICATE_IDS}; {item.id!r} is repeated (items before it are kept)", exit_code=2)
+            self.seen.add(item.id)
+            self.summary.items += 1
+            if item.id not in self.finished:
+                return item
+            self.summary.skipped += 1
+            if self.bar is not None:
+                self.bar.update(1)
+        return None
 
     async def judge_all(self, app: Any) -> None:
         """Judge the items still to do, ``concurrency`` at a time; the first fatal error cancels the others."""
@@ -275,11 +302,8 @@ class _Run:
         # itself: reading each item's state first (~4 database round trips through aiosqlite's thread)
         # would find nothing
         fresh = app.checkpointer is not None and not await _has_threads(app.checkpointer)
-        queue: asyncio.Queue[EvalItem] = asyncio.Queue()
-        for item in self.todo:
-            queue.put_nowait(item)
-        workers = [asyncio.create_task(self._worker(app, queue, fresh))
-                   for _ in range(max(1, min(self.concurrency, len(self.todo) or 1)))]
+        todo = self.total - len(self.finished) if self.total is not None else self.concurrency
+        workers = [asyncio.create_task(self._worker(app, fresh)) for _ in range(max(1, min(self.concurrency, todo)))]
         try:
             # the first abort cancels the other workers' items at once: their checkpoints stay for a resume
             while any(not task.done() for task in workers) and not self.aborted:
@@ -300,11 +324,17 @@ class _Run:
             if self.bar is not None:
                 self.bar.close()
 
-    async def _worker(self, app: Any, queue: asyncio.Queue[EvalItem], fresh: bool) -> None:
+    async def _worker(self, app: Any, fresh: bool) -> None:
         while not self.aborted:
             try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
+                item = self.next_item()
+            except RunAborted as stop:
+                self.aborted.append(stop)
+                return
+            except (OSError, ValueError) as err:  # the dataset could not be read again (moved, changed, unreadable)
+                self.aborted.append(RunAborted(f"reading the items: {err}", exit_code=2))
+                return
+            if item is None:
                 return
             try:
                 record = await self.judge(app, item, fresh)
@@ -319,8 +349,9 @@ class _Run:
 
     async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
         """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
-        config: RunnableConfig = {"configurable": {"thread_id": item.id},
-                                   **trace_config(item.id, self.protocol, self.out.name)}
+        config: RunnableConfig = {"configurable": {"thread_id": item.id}}
+        if self.traced:  # LangGraph copies a run's metadata into every checkpoint: only when a trace needs it
+            config.update(trace_config(item.id, self.protocol, self.out.name))
         snapshot = _NO_STATE if fresh else await app.aget_state(config)
         try:
             # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
@@ -407,9 +438,17 @@ _NO_STATE = StateSnapshot(values={}, next=(), config={}, metadata=None, created_
 
 
 async def _has_threads(saver: BaseCheckpointSaver) -> bool:
-    async for _ in saver.alist(None, limit=1):
-        return True
-    return False
+    # closed here, on the saver's open connection: an abandoned generator would be closed by the garbage
+    # collector after the connection is ("Task exception was never retrieved ... closed database")
+    checkpoints = saver.alist(None, limit=1)
+    try:
+        async for _ in checkpoints:
+            return True
+        return False
+    finally:
+        close = getattr(checkpoints, "aclose", None)  # typed as an iterator; savers return async generators
+        if close is not None:
+            await close()
 
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES}
@@ -469,12 +508,12 @@ def _by_model(usage: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
     return totals
 
 
-def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
+def _progress_bar(total: int | None, enabled: bool) -> Any:
     if not enabled or total == 0:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, unit="item", dynamic_ncols=True, file=sys.stderr)
+    return tqdm(total=total, unit="item", dynamic_ncols=True, file=sys.stderr)
 
 
 def trace_config(item_id: str, protocol: str, run: str) -> RunnableConfig:
@@ -487,11 +526,16 @@ def trace_config(item_id: str, protocol: str, run: str) -> RunnableConfig:
     return {"run_name": f"{protocol or 'jurygraph'} item {item_id}", "tags": tags, "metadata": metadata}
 
 
-def _flush_traces() -> None:
-    """Send the traces still queued before the command exits (a no-op when tracing is off)."""
+def _tracing() -> bool:
+    """Whether LangSmith tracing is on (``LANGSMITH_TRACING``)."""
     from langsmith.utils import tracing_is_enabled
 
-    if tracing_is_enabled():
+    return bool(tracing_is_enabled())
+
+
+def _flush_traces() -> None:
+    """Send the traces still queued before the command exits (a no-op when tracing is off)."""
+    if _tracing():
         from langchain_core.tracers.langchain import wait_for_all_tracers
 
         wait_for_all_tracers()
@@ -500,7 +544,7 @@ def _flush_traces() -> None:
 def run(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], **kwargs: Any) -> RunSummary:
     """Synchronous :func:`arun`. Inside a running event loop (a notebook) it runs in a worker thread with
     its own loop; ``await arun(...)`` is the native way there."""
-    work = _run_with_sigint(graph, list(items), **kwargs)
+    work = _run_with_sigint(graph, items, **kwargs)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -509,7 +553,8 @@ def run(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], **kwa
         return pool.submit(asyncio.run, work).result()
 
 
-async def _run_with_sigint(graph: StateGraph | CompiledStateGraph, items: list[EvalItem], **kwargs: Any) -> RunSummary:
+async def _run_with_sigint(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem],
+                           **kwargs: Any) -> RunSummary:
     """Turn Ctrl-C into a clean cancel: in-flight items stop, their checkpoints stay, files are closed."""
     task = asyncio.ensure_future(arun(graph, items, **kwargs))
     loop = asyncio.get_running_loop()
