@@ -48,7 +48,8 @@ from jurygraph.llm.models import JuryContext
 
 CalibrationMode = Literal["bpc", "mec", "bpc+mec"]
 MODES: tuple[str, ...] = ("bpc", "mec", "bpc+mec")
-ROUND_KEYS = ("rounds", "max_rounds", "stopped")  # what a run that may stop early records in its verdict
+# what a run that may stop early records in its verdict (round_judgments: as said, in the order shown)
+ROUND_KEYS = ("rounds", "max_rounds", "stopped", "round_judgments")
 SAMPLE_STRIDE = 1000  # sample offsets of MEC runs are multiples of this, far from a protocol's own indices
 
 
