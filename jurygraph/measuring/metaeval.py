@@ -68,7 +68,7 @@ class LabelData:
     no_human: int = 0
 
 
-def _latest(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def latest_records(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """One record per (aspect, id): the last one (a resumed run may have rewritten an item)."""
     latest: dict[tuple[Any, Any], Mapping[str, Any]] = {}
     for record in records:
@@ -97,7 +97,7 @@ def _human_score(human: Mapping[str, Any] | None, aspect: str) -> float | None:
 def score_data(records: Iterable[Mapping[str, Any]]) -> dict[str, ScoreData]:
     """Score records grouped by aspect (records without an aspect go under ``"score"``)."""
     out: dict[str, ScoreData] = {}
-    for record in _latest(records):
+    for record in latest_records(records):
         if record.get("task", "score") != "score":
             continue
         aspect = record.get("aspect") or "score"
@@ -122,7 +122,7 @@ def label_data(records: Iterable[Mapping[str, Any]], kind: str = "pairwise") -> 
     """Pairwise (``verdict.label`` vs ``human.label``) or choice (``answer``) records of a run."""
     key = "label" if kind == "pairwise" else "answer"
     data = LabelData(kind)
-    for record in _latest(records):
+    for record in latest_records(records):
         if record.get("task") != kind:
             continue
         human = (record.get("human") or {}).get(key)
