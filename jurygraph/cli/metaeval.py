@@ -174,7 +174,7 @@ def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
     return 0
 
 
-def _systems(path: str, records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+def run_systems(path: str, records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """The systems each pairwise item names, read from the run's checkpoints (none when it has none)."""
     ids = [str(r.get("id")) for r in records if r.get("task") == "pairwise"]
     if not ids or read_manifest(path) is None or not (Path(path) / CHECKPOINTS).is_file():
@@ -203,7 +203,7 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
             if panel.target == "pairwise":
                 panel.position = by_run.get(k, [])
         panels += found
-        systems = _systems(paths[k], run)
+        systems = run_systems(paths[k], run)
         if systems:
             warnings += same_family(name, run, systems, rules)
     return panels, warnings
@@ -228,15 +228,22 @@ def as_json(methods: Sequence[MethodResult], biases: Sequence[PositionBias], pan
     }
 
 
-def cmd_metaeval(args: argparse.Namespace) -> int:
-    named, manifests, paths = [], [], []
-    for entry in args.run_dir:
+def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, Any]]]], list[str],
+                                                list[dict[str, Any] | None]]:
+    """``RUN_DIR`` or ``NAME=RUN_DIR`` arguments: each run's (name, records), its path and its manifest."""
+    named, paths, manifests = [], [], []
+    for entry in entries:
         name, sep, path = entry.partition("=")
         if not sep:
             name, path = run_name(entry), entry
         named.append((name, run_records(path)))
-        manifests.append(read_manifest(path))
         paths.append(path)
+        manifests.append(read_manifest(path))
+    return named, paths, manifests
+
+
+def cmd_metaeval(args: argparse.Namespace) -> int:
+    named, paths, manifests = read_runs(args.run_dir)
     parse_rules(args.family)  # a bad rule fails before any work
     methods = evaluate(named, args)
     check(methods, args)

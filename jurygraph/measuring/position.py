@@ -23,6 +23,7 @@ from jurygraph.judging.items import SWAP_LABEL
 from jurygraph.measuring.tables import Table
 
 ORIGINAL, SWAPPED = "original_order", "swapped_order"
+OrderPairs = dict[str, list[tuple[str, str]]]  # item id -> its (original, swapped) labels, per sample
 
 
 @dataclass
@@ -80,9 +81,9 @@ def _ok_label(record: Mapping[str, Any]) -> str | None:
 
 
 def order_pairs(records: Iterable[Mapping[str, Any]],
-                reversed_records: Iterable[Mapping[str, Any]] | None = None) -> dict[str, list[tuple[str, str]]]:
+                reversed_records: Iterable[Mapping[str, Any]] | None = None) -> OrderPairs:
     """Item id -> its (original, swapped) label pairs: from the calibration, or matched with a reversed run."""
-    pairs: dict[str, list[tuple[str, str]]] = {}
+    pairs: OrderPairs = {}
     if reversed_records is None:
         for record in records:
             if record.get("task") == "pairwise" and record.get("status", "ok") == "ok":
@@ -138,22 +139,29 @@ def reverse_partners(manifests: Sequence[Mapping[str, Any] | None]) -> dict[int,
     return partners
 
 
-def run_biases(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
-               manifests: Sequence[Mapping[str, Any] | None]) -> list[tuple[list[int], PositionBias]]:
-    """The position bias of each calibrated pairwise run, and of each run paired with its ``--reverse`` run;
-    each with the indices of the runs it rests on."""
+def paired_runs(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
+                manifests: Sequence[Mapping[str, Any] | None]) -> list[tuple[list[int], str, OrderPairs]]:
+    """The runs that judged both answer orders: each calibrated pairwise run, and each run paired with its
+    ``--reverse`` run; each with the indices of the runs it rests on, a name and its :func:`order_pairs`.
+    The one place runs are paired: position bias and ``jurygraph rank`` read both orders from here."""
     partners = reverse_partners(manifests)
     found = []
     for k, name in enumerate(names):
         if k in partners:
             forward = partners[k]
-            found.append(([forward, k], position_bias(f"{names[forward]} + {name}",
-                                                      order_pairs(records[forward], records[k]))))
+            found.append(([forward, k], f"{names[forward]} + {name}", order_pairs(records[forward], records[k])))
         else:
             pairs = order_pairs(records[k])
             if pairs:
-                found.append(([k], position_bias(name, pairs)))
+                found.append(([k], name, pairs))
     return found
+
+
+def run_biases(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
+               manifests: Sequence[Mapping[str, Any] | None]) -> list[tuple[list[int], PositionBias]]:
+    """The position bias of each calibrated pairwise run, and of each run paired with its ``--reverse`` run;
+    each with the indices of the runs it rests on."""
+    return [(indices, position_bias(name, pairs)) for indices, name, pairs in paired_runs(names, records, manifests)]
 
 
 def _percent(value: float) -> str:
