@@ -176,7 +176,8 @@ def _error_correlation(members: Sequence[MemberResult], target: str, *, resample
                                 math.nan, None, [])
     table = np.array([[e[i] for i in common] for e in errors])
     matrix = metrics.error_correlation(table)
-    counted = [k for k in range(len(names)) if not np.isnan(matrix[k]).any()]
+    # a member whose errors do not vary has no correlation (its row is NaN): the effective number is over the rest
+    counted = [k for k in range(len(names)) if float(np.ptp(table[k])) > 0]
     effective = metrics.effective_number(matrix[np.ix_(counted, counted)]) if counted else math.nan
     # resample the units metaeval resamples: documents or contexts when the items have groups, else items
     groups = first.groups if isinstance(first, ScoreData) else list(first.ids)

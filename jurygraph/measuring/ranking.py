@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize, special, stats
+from scipy.sparse import csgraph
 
 from jurygraph.judging.aggregation import majority_label
 from jurygraph.measuring import metrics
@@ -168,6 +169,7 @@ class Ranking:
 
     standings: list[Standing]
     battles: int
+    groups: list[list[str]] = field(default_factory=list)  # more than one: strengths rest on the prior
 
     def strengths(self) -> dict[str, float]:
         return {s.name: s.strength for s in self.standings}
@@ -216,7 +218,15 @@ def bradley_terry(battles: Sequence[Battle], *, human: bool = False, resamples: 
             winner.wins += 1
             loser.losses += 1
     ranked = sorted(standings.values(), key=lambda s: (-s.strength, s.name))
-    return Ranking(ranked, len(chosen))
+    return Ranking(ranked, len(chosen), components(systems, table(everything)) if systems else [])
+
+
+def components(systems: Sequence[str], wins: np.ndarray) -> list[list[str]]:
+    """The groups of systems linked both ways by wins (strongly connected components of "i earned against j").
+    The maximum-likelihood strengths are finite only when there is one group (Ford 1957): otherwise a group
+    that never lost to another is infinitely stronger, and the prior alone holds the distance."""
+    count, labels = csgraph.connected_components(wins > 0, directed=True, connection="strong")
+    return [[name for name, label in zip(systems, labels, strict=True) if label == group] for group in range(count)]
 
 
 def elo(battles: Sequence[Battle], *, k: float = ELO_K) -> dict[str, float]:
@@ -277,6 +287,11 @@ def ranking_table(judges: Ranking, found: Battles, runs: Sequence[str], human: R
              f"{len(found.battles)} battles from {', '.join(runs)}; judged in both answer orders: {found.both_orders}"
              f" (wins that did not survive the swap, counted as ties: {found.swap_inconsistent}); in one order "
              f"only: {len(found.battles) - found.both_orders}"]
+    if len(judges.groups) > 1:
+        notes.append("no chain of wins leads from every system to every other (groups: "
+                     + " | ".join(", ".join(g) for g in judges.groups) + "): the likelihood alone would put the "
+                     "groups infinitely far apart; the prior (sd 10) holds the distance, only their order means "
+                     "something")
     left = [f"{n} {what}" for n, what in ((found.missing, "with a missing verdict"),
                                           (found.unnamed, "naming no systems"),
                                           (found.same_system, "with one system on both sides")) if n]
@@ -317,6 +332,7 @@ def ranking_json(judges: Ranking, found: Battles, runs: Sequence[str], human: Ra
         "battles": len(found.battles), "both_orders": found.both_orders,
         "swap_inconsistent": found.swap_inconsistent, "missing": found.missing, "unnamed": found.unnamed,
         "same_system": found.same_system,
+        "separated": judges.groups if len(judges.groups) > 1 else [],
         "human": None,
     }
     if human is not None:
