@@ -8,6 +8,7 @@
   verdict's (the mean scores, :func:`~jurygraph.judging.aggregation.aggregate`), its runs kept in
   ``detail.runs`` so that :mod:`jurygraph.measuring.position` pairs its two orders as it pairs the verdict's.
 - DEBATE: one Scorer, before and after the Critic: its first score and its last (``verdict.detail.scores``).
+- FairEval's own evaluator (``--protocol single --calibrate``): its reviews ``<order> #<sample>`` are one judge.
 
 :func:`member_records` gives a run's records as one member would have them (its judgment as the verdict), so
 a member is measured exactly as the verdict is, by :func:`~jurygraph.measuring.metaeval.evaluate_records`.
@@ -15,6 +16,7 @@ a member is measured exactly as the verdict is, by :func:`~jurygraph.measuring.m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +27,10 @@ from jurygraph.measuring.position import SWAPPED
 
 BEFORE, AFTER = "Scorer (before critique)", "Scorer (after critique)"
 SCORER = "Scorer"
+# FairEval's own evaluator (``--protocol single --calibrate``) names its reviews "<order> #<sample>"; its agent
+# is nodes.faireval.FAIREVAL_AGENT (not imported here: that loads the model layer; a test keeps them equal)
+FAIREVAL = "FairEval"
+_REVIEW = re.compile(r"^(original|swapped)_order\S* #\d+$")
 # what a member's record keeps of the run's record (its verdict is the member's judgment)
 _ITEM_KEYS = ("id", "status", "task", "dataset", "aspect", "group", "human")
 
@@ -35,7 +41,10 @@ def is_debate(detail: Mapping[str, Any]) -> bool:
 
 
 def agent_of(key: str) -> tuple[str | None, str]:
-    """``original_order/Critic`` -> (``original_order``, ``Critic``); ``Critic`` -> (None, ``Critic``)."""
+    """``original_order/Critic`` -> (``original_order``, ``Critic``); ``Critic`` -> (None, ``Critic``);
+    FairEval's own evaluator's reviews ``swapped_order #2`` -> (``swapped_order #2``, ``FairEval``)."""
+    if _REVIEW.match(key):
+        return key, FAIREVAL
     run, sep, agent = key.rpartition("/")
     return (run, agent) if sep else (None, key)
 

@@ -5,7 +5,9 @@ Both orders come from one of two places:
 
 - a calibrated run (``--calibrate bpc``, ChatEval's default on pairwise data): each record's
   ``verdict.detail.runs`` holds ``original_order`` and ``swapped_order`` (MEC: ``..._e1``, ``..._e2``, paired by
-  sample), each already stated for the original order;
+  sample), each already stated for the original order; FairEval's own evaluator (``--protocol single
+  --calibrate bpc``) keeps its reviews' scores the same way in ``verdict.detail.reviews`` (``original_order #1``,
+  ``swapped_order #1``, ...);
 - a run and its ``--reverse`` run: the reversed run judged the swapped item, so its label is mapped back
   (Assistant 1 <-> 2) before the two are compared.
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jurygraph.judging.items import SWAP_LABEL
+from jurygraph.judging.judgments import pairwise_label
 from jurygraph.measuring.tables import Table
 
 ORIGINAL, SWAPPED = "original_order", "swapped_order"
@@ -50,14 +53,19 @@ class PositionBias:
 
 
 def _label(verdict: Mapping[str, Any] | None) -> str | None:
-    if not verdict or verdict.get("missing") or verdict.get("label") is None:
+    """A verdict's label; from its two scores when it keeps only those (FairEval's reviews)."""
+    if not verdict or verdict.get("missing"):
         return None
+    if verdict.get("label") is None:
+        one, two = verdict.get("score_1"), verdict.get("score_2")
+        return None if one is None or two is None else pairwise_label(float(one), float(two))
     return str(verdict["label"])
 
 
 def calibrated_pairs(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(original-order label, swapped-order label mapped back) per sample of a calibrated record."""
-    runs = ((record.get("verdict") or {}).get("detail") or {}).get("runs") or {}
+    detail = (record.get("verdict") or {}).get("detail") or {}
+    runs = detail.get("runs") or detail.get("reviews") or {}
     pairs = []
     for name, verdict in runs.items():
         if not name.startswith(ORIGINAL):
