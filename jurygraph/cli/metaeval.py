@@ -249,6 +249,9 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     check(methods, args)
     biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in named], manifests)]
     panels, warnings = diagnose(named, paths, methods, manifests, args)
+    for warning in warnings:
+        print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
+              f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
     if args.json:
         print(json.dumps(as_json(methods, biases, panels, warnings, args), indent=2, ensure_ascii=False))
         return 0
@@ -265,7 +268,4 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
         print("\n" + table.text())
         if out is not None:
             (out / f"{name}.csv").write_text(table.csv(), encoding="utf-8")
-    for warning in warnings:
-        print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
-              f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
     return code
