@@ -85,21 +85,28 @@ def member_judgments(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def member_names(records: Iterable[Mapping[str, Any]]) -> list[str]:
     """The members of a run, in the order they first appear."""
-    names: dict[str, None] = {}
-    for record in records:
-        names.update(dict.fromkeys(member_judgments(record)))
-    return list(names)
+    return list(member_views(records))
 
 
 def member_records(records: Iterable[Mapping[str, Any]], member: str) -> list[dict[str, Any]]:
     """The run's records with each verdict replaced by ``member``'s judgment (missing where it gave none)."""
-    out = []
-    for record in records:
-        judgment = member_judgments(record).get(member)
-        view = {key: record[key] for key in _ITEM_KEYS if key in record}
-        view["verdict"] = judgment if judgment is not None else {"missing": True, "reason": f"no judgment by {member}"}
-        out.append(view)
-    return out
+    records = list(records)
+    return member_views(records).get(member) or [_view(r, None, member) for r in records]
+
+
+def member_views(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`member_records` of every member, in the order they first appear (each record read once)."""
+    records = list(records)
+    judged = [member_judgments(record) for record in records]
+    names = list(dict.fromkeys(name for found in judged for name in found))
+    return {name: [_view(record, found.get(name), name) for record, found in zip(records, judged, strict=True)]
+            for name in names}
+
+
+def _view(record: Mapping[str, Any], judgment: dict[str, Any] | None, member: str) -> dict[str, Any]:
+    view = {key: record[key] for key in _ITEM_KEYS if key in record}
+    view["verdict"] = judgment if judgment is not None else {"missing": True, "reason": f"no judgment by {member}"}
+    return view
 
 
 def member_models(records: Sequence[Mapping[str, Any]], members: Sequence[str]) -> dict[str, str | None]:

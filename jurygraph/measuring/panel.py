@@ -30,7 +30,7 @@ import numpy as np
 from jurygraph.measuring import metrics
 from jurygraph.measuring.conformity import ORDINAL, Moves, conformity
 from jurygraph.measuring.families import FAMILIES, Rule, family_of, model_name
-from jurygraph.measuring.members import member_judgments, member_models, member_names, member_records
+from jurygraph.measuring.members import member_judgments, member_models, member_records, member_views
 from jurygraph.measuring.metaeval import (
     MIN_UNITS_FOR_INTERVAL,
     LabelData,
@@ -220,13 +220,13 @@ def panel_diagnostics(name: str, records: Sequence[Mapping[str, Any]], verdict: 
     """The panel diagnostics of one run (``verdict`` = its own :class:`MethodResult`), one per target; empty
     when the verdict does not combine several judges."""
     records = latest_records(records)
-    names = member_names(records)
-    if len(names) < 2:
+    views = member_views(records)
+    if len(views) < 2:
         return []
-    models = member_models(records, names)
-    members = [MemberResult(m, models[m], evaluate_records(member_records(records, m), m, level=level,
-                                                           resamples=resamples, confidence=confidence, seed=seed))
-               for m in names]
+    models = member_models(records, list(views))
+    members = [MemberResult(m, models[m], evaluate_records(view, m, level=level, resamples=resamples,
+                                                           confidence=confidence, seed=seed))
+               for m, view in views.items()]
     panels = []
     for target in targets(verdict):
         stat = "accuracy" if target in ("pairwise", "choice") else statistic
@@ -245,9 +245,11 @@ def member_position(names: Sequence[str], records: Sequence[Sequence[Mapping[str
     """Each member's position bias, for runs with both answer orders (a calibration, or a run and its
     ``--reverse`` run, paired by :func:`run_biases` as the verdicts are): run index -> one per member."""
     found: dict[int, list[PositionBias]] = {}
-    members = member_names(r for run in records for r in run)
+    per_run = [member_views(run) for run in records]
+    members = list(dict.fromkeys(member for views in per_run for member in views))
     for member in members:
-        views = [member_records(run, member) for run in records]
+        views = [views.get(member) or member_records(run, member) for views, run in zip(per_run, records,
+                                                                                          strict=True)]
         for indices, bias in run_biases(names, views, manifests):
             if bias.pairs:
                 bias.name = member
@@ -285,7 +287,8 @@ def same_family(run: str, records: Sequence[Mapping[str, Any]], systems: Mapping
     """A warning per (member, system) when the member's model and a system it judged are of one family.
     ``systems``: item id -> (system of Assistant 1, system of Assistant 2)."""
     records = [r for r in latest_records(records) if r.get("task") == "pairwise" and str(r.get("id")) in systems]
-    names = member_names(records)
+    judged = [member_judgments(record) for record in records]
+    names = list(dict.fromkeys(name for found in judged for name in found))
     models = member_models(records, names)
     seen = {s for pair in systems.values() for s in pair}
     warnings = []
@@ -300,13 +303,13 @@ def same_family(run: str, records: Sequence[Mapping[str, Any]], systems: Mapping
             verdicts: list[tuple[str, int]] = []
             humans: list[tuple[str, int]] = []
             items = 0
-            for record in records:
+            for record, found in zip(records, judged, strict=True):
                 pair = systems[str(record.get("id"))]
                 if system not in pair:
                     continue
                 items += 1
                 side = pair.index(system) + 1
-                for who, judgment in member_judgments(record).items():
+                for who, judgment in found.items():
                     if record.get("status", "ok") == "ok" and not judgment.get("missing") and judgment.get("label"):
                         (own if who == member else others).append((str(judgment["label"]), side))
                 verdict = record.get("verdict") or {}
