@@ -116,7 +116,8 @@ def add_arguments(meta: argparse.ArgumentParser) -> None:
     meta.add_argument("run_dir", nargs="+", help="run directories; each is one method (NAME=DIR to name it)")
     common_options(meta)
     meta.add_argument("--json", action="store_true",
-                      help="print everything (agreement, position bias, panel diagnostics) as one JSON object")
+                      help="print everything (agreement, position bias, panel diagnostics) as one JSON object "
+                           "(with --out, also OUT/metaeval.json)")
     meta.add_argument("--no-panel", action="store_true",
                       help="skip the panel diagnostics (members, error correlation, conformity, same family)")
     meta.add_argument("--family", action="append", metavar="NAME=REGEX",
@@ -253,7 +254,11 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
         print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
               f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
     if args.json:
-        print(json.dumps(as_json(methods, biases, panels, warnings, args), indent=2, ensure_ascii=False))
+        text = json.dumps(as_json(methods, biases, panels, warnings, args), indent=2, ensure_ascii=False)
+        print(text)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "metaeval.json").write_text(text + "\n", encoding="utf-8")
         return 0
     code = finish(methods, args)
     out = Path(args.out) if args.out else None

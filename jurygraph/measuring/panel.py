@@ -369,7 +369,8 @@ def members_table(panel: Panel) -> Table:
         symbol = {"accuracy": "acc.", "pearson": "r", "spearman": "ρ", "kendall": "τ"}[best.statistic]
         test = best.test
         interval = "" if math.isnan(test.low) else f" [{test.low:+.3f}, {test.high:+.3f}]"
-        p = "" if math.isnan(test.p_value) else f", p = {test.p_value:.3g}"
+        p = "" if math.isnan(test.p_value) else f", p = {test.p_value:.3g}" if test.p_value > 0 or not test.resamples \
+            else f", p < {1 / test.resamples:.2g}"  # no resample reached 0
         difference = "–" if math.isnan(test.difference) else f"{test.difference:+.3f}"
         notes.append(f"panel - best member ({best.best}) in {symbol}: {difference}{interval}{p} "
                      f"(paired bootstrap over the items both judged; the best member is picked on the same items)")

@@ -17,8 +17,8 @@ answer order), it finds the FairEval question in it and answers in ChatEval's an
 Any other model name answers as ``coin``. Picks are stated for the order the judge was shown (a pick of
 gpt35 is "Assistant 2" when vicuna's answer comes first), so a calibrated run maps them back as for any judge.
 
-``python -m jurygraph.testing.panel_judges`` serves them on 127.0.0.1 until interrupted and prints the
-``--base-url`` to give ``jurygraph eval``.
+``python -m jurygraph.testing.panel_judges [--port N]`` serves them on 127.0.0.1 until interrupted and prints
+the ``--base-url`` to give ``jurygraph eval``.
 """
 
 from __future__ import annotations
@@ -103,15 +103,19 @@ def respond(request: dict[str, Any], choice: int = 0) -> str:
     return pairwise_reply(one, two, f"{request.get('model')} judged by its script.")
 
 
-def serve(responder: Callable[[dict[str, Any], int], str] = respond) -> FakeOpenAIServer:
-    """The judges on a local fake OpenAI server (started; stop it with ``.stop()``)."""
-    return FakeOpenAIServer(responder).start()
+def serve(responder: Callable[[dict[str, Any], int], str] = respond, port: int = 0) -> FakeOpenAIServer:
+    """The judges on a local fake OpenAI server (started; stop it with ``.stop()``); port 0: any free one."""
+    return FakeOpenAIServer(responder, port=port).start()
 
 
 def main() -> None:
+    import argparse
     import time
 
-    server = serve()
+    parser = argparse.ArgumentParser(prog="python -m jurygraph.testing.panel_judges",
+                                     description="FairEval judges with known behaviour on a local fake OpenAI server")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
+    server = serve(port=parser.parse_args().port)
     print(f"panel judges at --base-url {server.base_url}  (Ctrl-C stops)", flush=True)
     try:
         while True:
