@@ -239,7 +239,7 @@ def rounds_detail(names: Sequence[str], turns: int,
             stopped = "no_issue"
         elif ran < turns:
             stopped = "consensus"
-        found = {"rounds": ran, "max_rounds": turns, "stopped": stopped, "consensus": agree(state)}
+        found: dict[str, Any] = {"rounds": ran, "max_rounds": turns, "stopped": stopped, "consensus": agree(state)}
         if state.get("round_judgments"):
             found["round_judgments"] = list(state["round_judgments"])
         return found
