@@ -40,15 +40,16 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from jurygraph.judging.aggregation import aggregate
-from jurygraph.judging.items import SWAP_LABEL, TaskKind, as_item
-from jurygraph.judging.judgments import Judgment, pairwise_label
+from jurygraph.judging.items import TaskKind, as_item
+from jurygraph.judging.judgments import Judgment, map_back, pairwise_label
 from jurygraph.judging.state import JuryState, merge_dicts
 from jurygraph.llm.calls import current_context
 from jurygraph.llm.models import JuryContext
 
 CalibrationMode = Literal["bpc", "mec", "bpc+mec"]
 MODES: tuple[str, ...] = ("bpc", "mec", "bpc+mec")
-ROUND_KEYS = ("rounds", "max_rounds", "stopped")  # what a run that may stop early records in its verdict
+# what a run that may stop early records in its verdict (round_judgments: as said, in the order shown)
+ROUND_KEYS = ("rounds", "max_rounds", "stopped", "round_judgments")
 SAMPLE_STRIDE = 1000  # sample offsets of MEC runs are multiples of this, far from a protocol's own indices
 
 
@@ -77,17 +78,6 @@ def calibration_runs(mode: str, k: int = 3) -> list[Run]:
         return [Run(f"evidence_{i}", False, i) for i in range(1, k + 1)]
     return [Run(f"{order}_e{i}", swapped, i)
             for order, swapped in (("original_order", False), ("swapped_order", True)) for i in range(1, k + 1)]
-
-
-def map_back(verdict: dict[str, Any]) -> dict[str, Any]:
-    """A verdict given on the swapped item, stated for the original order: Assistant 1 <-> 2."""
-    mapped = dict(verdict)
-    mapped["score_1"], mapped["score_2"] = verdict.get("score_2"), verdict.get("score_1")
-    if verdict.get("label") is not None:
-        mapped["label"] = SWAP_LABEL[verdict["label"]]
-    if verdict.get("votes"):
-        mapped["votes"] = {SWAP_LABEL.get(label, label): count for label, count in verdict["votes"].items()}
-    return {key: value for key, value in mapped.items() if value is not None}
 
 
 def _run_node(protocol: CompiledStateGraph[Any, Any, Any, Any], run: Run, temperature: float) -> RunnableLambda:

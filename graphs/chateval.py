@@ -61,6 +61,8 @@ class ChatEvalState(JuryState, total=False):
     summary: str
     summaries: Annotated[dict[str, str], merge_dicts]  # summary_mode="code": each referee's running summary
     reviews: Annotated[list[dict[str, Any]], operator.add]  # the devil's advocate's objections (graphs/devil.py)
+    # each referee's judgment of each round, when judgments are asked every round (``judge_every_turn``)
+    round_judgments: Annotated[list[dict[str, Any]], operator.add]
 
 
 def strategy_plan(strategy: str, names: Sequence[str], turns: int) -> list[TurnPlan]:
@@ -100,7 +102,8 @@ def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[
                 node = f"{node_id(referee.name)}_t{t}"
                 final = judge_every_turn or last_turn[referee.name] == t
                 builder.add_node(node, make_referee_node(referee, t, final=final, audience=audience,
-                                                         buffered=buffered, template=template))
+                                                         buffered=buffered, template=template,
+                                                         record_round=judge_every_turn))
                 builder.add_edge(previous, node)
                 nodes.append(node)
             if not buffered:
@@ -224,7 +227,8 @@ def panel_agrees(names: Sequence[str], tolerance: float = 0.0) -> Callable[[dict
 def rounds_detail(names: Sequence[str], turns: int,
                   tolerance: float = 0.0) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """What the verdict records about the rounds: how many ran of ``turns``, why it stopped (``consensus``,
-    the devil's ``no_issue``, or ``None`` = all rounds), and whether the panel agreed at the end."""
+    the devil's ``no_issue``, or ``None`` = all rounds), whether the panel agreed at the end, and each
+    referee's judgment of each round (``round_judgments``, when asked every round: how referees moved)."""
     agree = panel_agrees(names, tolerance)
 
     def detail(state: dict[str, Any]) -> dict[str, Any]:
@@ -235,6 +239,9 @@ def rounds_detail(names: Sequence[str], turns: int,
             stopped = "no_issue"
         elif ran < turns:
             stopped = "consensus"
-        return {"rounds": ran, "max_rounds": turns, "stopped": stopped, "consensus": agree(state)}
+        found: dict[str, Any] = {"rounds": ran, "max_rounds": turns, "stopped": stopped, "consensus": agree(state)}
+        if state.get("round_judgments"):
+            found["round_judgments"] = list(state["round_judgments"])
+        return found
 
     return detail

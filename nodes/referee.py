@@ -118,12 +118,15 @@ class ChatEvalTemplate:
 
 
 def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Sequence[str],
-                      buffered: bool, template: ChatEvalTemplate | None = None) -> RunnableLambda:
+                      buffered: bool, template: ChatEvalTemplate | None = None,
+                      record_round: bool = False) -> RunnableLambda:
     """A node where ``referee`` speaks at ``turn``.
 
     ``buffered`` (simultaneous talk): the message goes to the round buffer and is delivered to the
     ``audience`` after the round; otherwise it is appended to the audience's histories at once
-    (one-by-one). On the ``final`` turn the referee's judgment is read from its reply.
+    (one-by-one). On the ``final`` turn the referee's judgment is read from its reply. ``record_round``
+    (judgments asked every round) also appends it, with its round, to ``round_judgments``: ``judgments``
+    keeps the latest only, and the panel diagnostics read how each referee moved between rounds.
     """
     frame = template or ChatEvalTemplate()
     listeners = tuple(audience)
@@ -143,9 +146,19 @@ def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Seq
             update["transcript"] = [message]
         if final and reply.judgment is not None:
             update["judgments"] = {referee.name: reply.judgment.to_state()}
+            if record_round:
+                update["round_judgments"] = [round_judgment(reply.judgment.to_state(), turn)]
         return update
 
     return agent_node(body, f"{node_id(referee.name)}_t{turn}")
+
+
+_ROUND_VALUES = ("agent", "missing", "score", "score_1", "score_2", "label", "answer")
+
+
+def round_judgment(judgment: dict[str, Any], turn: int) -> dict[str, Any]:
+    """A judgment as one round's record: its values without the reply's text (kept in the transcript)."""
+    return {"round": turn, **{key: judgment[key] for key in _ROUND_VALUES if key in judgment}}
 
 
 def chateval_personas(personas: Sequence[str | Referee] | str | None, n: int | None) -> list[Referee]:
@@ -172,4 +185,5 @@ def chateval_personas(personas: Sequence[str | Referee] | str | None, n: int | N
     return panel
 
 
-__all__ = ["CHATEVAL_PARAMS", "ChatEvalTemplate", "Referee", "chateval_personas", "make_referee_node"]
+__all__ = ["CHATEVAL_PARAMS", "ChatEvalTemplate", "Referee", "chateval_personas", "make_referee_node",
+           "round_judgment"]

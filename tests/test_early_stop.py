@@ -85,7 +85,11 @@ def test_a_panel_that_never_agrees_pays_for_every_round_and_is_asked_each_round(
     assert len(model.calls) == (8 if strategy == "summarizer" else 6)  # 2 summaries between 3 rounds
     verdict = verdict_of(out)
     assert verdict is not None and verdict.label == "tie"  # 8-6 and 6-8: equal means
+    rounds = verdict.detail.pop("round_judgments")
     assert verdict.detail == {"rounds": 3, "max_rounds": 3, "stopped": None, "consensus": False}
+    # every referee's judgment of every round is kept (``judgments`` holds the last round's only)
+    assert sorted((r["round"], r["agent"], r["label"]) for r in rounds) == [
+        (t, name, label) for t in (1, 2, 3) for name, label in (("Critic", "2"), ("General Public", "1"))]
 
 
 def test_who_heard_what_when_the_panel_comes_round_in_round_two() -> None:
@@ -103,6 +107,8 @@ def test_who_heard_what_when_the_panel_comes_round_in_round_two() -> None:
     verdict = verdict_of(out)
     assert verdict is not None and verdict.detail["rounds"] == 2 and verdict.detail["stopped"] == "consensus"
     assert verdict.label == "2" and (verdict.score_1, verdict.score_2) == (6, 8)  # the round-2 judgments
+    assert [(r["round"], r["agent"], r["label"]) for r in verdict.detail["round_judgments"]] == [
+        (1, "General Public", "1"), (1, "Critic", "2"), (2, "General Public", "2"), (2, "Critic", "2")]
 
 
 @pytest.mark.parametrize(("tolerance", "calls"), [(0.0, 4), (1.0, 2)])

@@ -1,16 +1,20 @@
 """``jurygraph metaeval RUN_DIR...``: agreement with humans of finished runs, in the papers' tables (each run
 directory, or the run directories below it, is one method). The options, the evaluation and the report are
-shared with ``jurygraph bench``."""
+shared with ``jurygraph bench``. ``metaeval`` adds the position bias of runs with both answer orders and, for
+runs whose verdict combines several judges, the panel diagnostics (:mod:`jurygraph.measuring.panel`); ``--json``
+prints all of it as one JSON object."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jurygraph.measuring.families import FAMILIES, parse_rules
 from jurygraph.measuring.metaeval import (
     Level,
     MethodResult,
@@ -20,7 +24,21 @@ from jurygraph.measuring.metaeval import (
     single_unit_warnings,
 )
 from jurygraph.measuring.metrics import STATISTICS
-from jurygraph.measuring.position import position_table, run_biases
+from jurygraph.measuring.panel import (
+    FamilyWarning,
+    Panel,
+    agreement_json,
+    family_json,
+    family_tables,
+    member_position,
+    panel_diagnostics,
+    panel_json,
+    panel_tables,
+    position_json,
+    same_family,
+    targets,
+)
+from jurygraph.measuring.position import PositionBias, position_table, run_biases
 from jurygraph.measuring.tables import (
     comparison_table,
     correlation_table,
@@ -29,7 +47,7 @@ from jurygraph.measuring.tables import (
     label_table,
     results_csv,
 )
-from jurygraph.running.rundir import read_manifest
+from jurygraph.running.rundir import CHECKPOINTS, read_manifest
 
 
 def slug(name: str) -> str:
@@ -97,8 +115,15 @@ def common_options(parser: argparse.ArgumentParser) -> None:
 def add_arguments(meta: argparse.ArgumentParser) -> None:
     meta.add_argument("run_dir", nargs="+", help="run directories; each is one method (NAME=DIR to name it)")
     common_options(meta)
+    meta.add_argument("--json", action="store_true",
+                      help="print everything (agreement, position bias, panel diagnostics) as one JSON object "
+                           "(with --out, also OUT/metaeval.json)")
+    meta.add_argument("--no-panel", action="store_true",
+                      help="skip the panel diagnostics (members, error correlation, conformity, same family)")
+    meta.add_argument("--family", action="append", metavar="NAME=REGEX",
+                      help="a model family rule checked before the built-in ones, e.g. 'Acme=acme-|ourbot' "
+                           "(repeatable; the same-family warning)")
     meta.set_defaults(handler=cmd_metaeval)
-
 
 
 def evaluate(named_records: Sequence[tuple[str, list[dict[str, Any]]]],
@@ -108,47 +133,144 @@ def evaluate(named_records: Sequence[tuple[str, list[dict[str, Any]]]],
                              seed=args.seed) for name, records in named_records]
 
 
-def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
+def check(methods: Sequence[MethodResult], args: argparse.Namespace) -> list[str] | None:
+    """The options' statistics (None: the paper's); a ValueError for an unknown one, a run without records."""
     for method in methods:
         if not method.aspects and method.labels is None:
-            print(f"jurygraph: {method.name}: no scored or labelled records", file=sys.stderr)
-            return 2
+            raise ValueError(f"{method.name}: no scored or labelled records")
     statistics = [s.strip() for s in args.stats.split(",")] if args.stats else None
     unknown = [s for s in statistics or [] if s not in STATISTICS]
     if unknown:
         raise ValueError(f"--stats: unknown {', '.join(unknown)}; choose from {', '.join(STATISTICS)}")
+    return statistics
+
+
+def comparisons(methods: Sequence[MethodResult], args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The ``--compare A,B`` pairs, each checked against the methods' names."""
+    by_name = {m.name for m in methods}
+    pairs = []
+    for pair in args.compare or []:
+        names = [n.strip() for n in pair.split(",")]
+        if len(names) != 2 or any(n not in by_name for n in names):
+            raise ValueError(f"--compare {pair!r}: give two method names out of {', '.join(by_name)}")
+        pairs.append((names[0], names[1]))
+    return pairs
+
+
+def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
+    statistics = check(methods, args)
+    pairs = comparisons(methods, args)
     out = Path(args.out) if args.out else None
     for method in methods:
         for line in single_unit_warnings(method) if args.resamples else []:
             print(f"jurygraph: warning: {line}", file=sys.stderr)
     print(report(methods, out, statistics=statistics, plots=bool(args.out) and not args.no_plots))
     by_name = {m.name: m for m in methods}
-    for k, pair in enumerate(args.compare or []):
-        names = [n.strip() for n in pair.split(",")]
-        if len(names) != 2 or any(n not in by_name for n in names):
-            raise ValueError(f"--compare {pair!r}: give two method names out of {', '.join(by_name)}")
-        table = comparison_table(by_name[names[0]], by_name[names[1]], args.compare_stat,
-                                 resamples=args.resamples or 1000, seed=args.seed)
+    for k, (a, b) in enumerate(pairs):
+        table = comparison_table(by_name[a], by_name[b], args.compare_stat, resamples=args.resamples or 1000,
+                                 seed=args.seed)
         print("\n" + table.text())
         if out is not None:
-            (out / f"compare_{k + 1}_{slug(names[0])}_vs_{slug(names[1])}.csv").write_text(table.csv(),
-                                                                                              encoding="utf-8")
+            (out / f"compare_{k + 1}_{slug(a)}_vs_{slug(b)}.csv").write_text(table.csv(), encoding="utf-8")
     return 0
 
 
-def cmd_metaeval(args: argparse.Namespace) -> int:
-    named, manifests = [], []
-    for entry in args.run_dir:
+def run_systems(path: str, records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """The systems each pairwise item names, read from the run's checkpoints (none when it has none)."""
+    ids = [str(r.get("id")) for r in records if r.get("task") == "pairwise"]
+    if not ids or read_manifest(path) is None or not (Path(path) / CHECKPOINTS).is_file():
+        return {}
+    from jurygraph.cli.show import item_systems  # LangGraph's checkpoint reader: only when there is one to read
+
+    return item_systems(path, ids)
+
+
+def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[str], methods: Sequence[MethodResult],
+             manifests: Sequence[dict[str, Any] | None],
+             args: argparse.Namespace) -> tuple[list[Panel], list[FamilyWarning]]:
+    """Every run's panel diagnostics (each member's position bias on its run's pairwise panel) and the
+    same-family warnings."""
+    if args.no_panel:
+        return [], []
+    rules = [*parse_rules(args.family), *FAMILIES]
+    panels: list[Panel] = []
+    warnings: list[FamilyWarning] = []
+    names, records = [n for n, _ in named], [r for _, r in named]
+    by_run = member_position(names, records, manifests)
+    for k, ((name, run), method) in enumerate(zip(named, methods, strict=True)):
+        found = panel_diagnostics(name, run, method, statistic=args.compare_stat, level=args.level,
+                                  resamples=args.resamples, confidence=args.confidence, seed=args.seed)
+        for panel in found:
+            if panel.target == "pairwise":
+                panel.position = by_run.get(k, [])
+        panels += found
+        systems = run_systems(paths[k], run)
+        if systems:
+            warnings += same_family(name, run, systems, rules)
+    return panels, warnings
+
+
+def as_json(methods: Sequence[MethodResult], biases: Sequence[PositionBias], panels: Sequence[Panel],
+            warnings: Sequence[FamilyWarning], args: argparse.Namespace) -> dict[str, Any]:
+    by_name = {m.name: m for m in methods}
+    compared = []
+    for a, b in comparisons(methods, args):
+        table = comparison_table(by_name[a], by_name[b], args.compare_stat, resamples=args.resamples or 1000,
+                                 seed=args.seed)
+        compared.append({"a": a, "b": b, "columns": table.columns, "rows": table.rows})
+    return {
+        "methods": [{"name": m.name, "dataset": m.dataset,
+                     "agreement": {t: agreement_json(m, t) for t in targets(m)}} for m in methods],
+        "position": [position_json(b) for b in biases],
+        "comparisons": compared,
+        "panels": [panel_json(p) for p in panels],
+        "same_family": [family_json(w) for w in warnings],
+        "family_rule": [{"family": f, "pattern": p} for f, p in [*parse_rules(args.family), *FAMILIES]],
+    }
+
+
+def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, Any]]]], list[str],
+                                                list[dict[str, Any] | None]]:
+    """``RUN_DIR`` or ``NAME=RUN_DIR`` arguments: each run's (name, records), its path and its manifest."""
+    named, paths, manifests = [], [], []
+    for entry in entries:
         name, sep, path = entry.partition("=")
         if not sep:
             name, path = run_name(entry), entry
         named.append((name, run_records(path)))
+        paths.append(path)
         manifests.append(read_manifest(path))
-    code = finish(evaluate(named, args), args)
+    return named, paths, manifests
+
+
+def cmd_metaeval(args: argparse.Namespace) -> int:
+    named, paths, manifests = read_runs(args.run_dir)
+    parse_rules(args.family)  # a bad rule fails before any work
+    methods = evaluate(named, args)
+    check(methods, args)
     biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in named], manifests)]
-    if code == 0 and biases:
-        table = position_table(biases)
-        print("\n" + table.text())
+    panels, warnings = diagnose(named, paths, methods, manifests, args)
+    for warning in warnings:
+        print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
+              f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
+    if args.json:
+        text = json.dumps(as_json(methods, biases, panels, warnings, args), indent=2, ensure_ascii=False)
+        print(text)
         if args.out:
-            (Path(args.out) / "position.csv").write_text(table.csv(), encoding="utf-8")
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "metaeval.json").write_text(text + "\n", encoding="utf-8")
+        return 0
+    code = finish(methods, args)
+    out = Path(args.out) if args.out else None
+    sections = []
+    if biases:
+        sections.append(("position", position_table(biases)))
+    for panel in panels:
+        sections += [(f"panel_{slug(panel.name)}_{slug(panel.target)}_{kind}", table)
+                     for kind, table in panel_tables(panel)]
+    sections += family_tables(warnings, [*parse_rules(args.family), *FAMILIES])
+    for name, table in sections:
+        print("\n" + table.text())
+        if out is not None:
+            (out / f"{name}.csv").write_text(table.csv(), encoding="utf-8")
     return code

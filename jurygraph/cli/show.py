@@ -79,6 +79,19 @@ def item_states(run_dir: str | Path, item_ids: Iterable[str],
             yield item_id, dict(found.checkpoint["channel_values"]) if found else None
 
 
+def item_systems(run_dir: str | Path, item_ids: Iterable[str],
+                 checkpoint: str | None = None) -> dict[str, tuple[str, str]]:
+    """Item id -> the systems of its two answers (``meta.model_1``, ``meta.model_2``), for the items whose
+    checkpointed item names both (results.jsonl keeps no item metadata): what ``rank`` ranks and the
+    same-family warning compares the judges with."""
+    found = {}
+    for item_id, values in item_states(run_dir, item_ids, checkpoint):
+        meta = ((values or {}).get("item") or {}).get("meta") or {}
+        if meta.get("model_1") and meta.get("model_2"):
+            found[item_id] = (str(meta["model_1"]), str(meta["model_2"]))
+    return found
+
+
 @contextmanager
 def _saver(target: str) -> Iterator[BaseCheckpointSaver[Any]]:
     if target.startswith(("postgres://", "postgresql://")):

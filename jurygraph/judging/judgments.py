@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from jurygraph.judging.items import TaskKind
+from jurygraph.judging.items import SWAP_LABEL, TaskKind
 
 PairwiseLabel = Literal["1", "2", "tie"]
 
@@ -40,6 +40,18 @@ class Judgment(BaseModel):
     def to_state(self) -> dict[str, Any]:
         """The JSON form kept in graph state (checkpoints hold plain data, not our classes)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def map_back(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict (or judgment, as state data) given on the swapped item, stated for the original order:
+    Assistant 1 <-> 2. Calibration maps each swapped run back with it, the panel diagnostics each member."""
+    mapped = dict(verdict)
+    mapped["score_1"], mapped["score_2"] = verdict.get("score_2"), verdict.get("score_1")
+    if verdict.get("label") is not None:
+        mapped["label"] = SWAP_LABEL[verdict["label"]]
+    if verdict.get("votes"):
+        mapped["votes"] = {SWAP_LABEL.get(label, label): count for label, count in verdict["votes"].items()}
+    return {key: value for key, value in mapped.items() if value is not None}
 
 
 def pairwise_label(score_1: float, score_2: float) -> PairwiseLabel:

@@ -8,6 +8,8 @@
   predicted scores are all equal has no correlation and is skipped and counted (SummEval
   summary-level in G-Eval/UniEval/DEBATE: group = document; DEBATE's Topical-Chat: group = context).
 - Labels (:func:`accuracy`, :func:`cohen_kappa`): the 3-way pairwise verdict of FairEval/ChatEval.
+- Panels (:func:`error_correlation`, :func:`effective_number`): how alike the members' errors are, and how
+  many independent judges a panel with that error correlation is worth (participation ratio).
 - Uncertainty: :func:`bootstrap_ci` resamples units (documents, contexts, questions);
   :func:`paired_bootstrap`, :func:`permutation_test` and :func:`paired_t_test` compare two judges
   on the same items.
@@ -168,6 +170,40 @@ def score_distribution(scores: Sequence[float], low: int, high: int) -> dict[int
         return {p: math.nan for p in points}
     binned = [min(max(math.floor(float(s) + 0.5), points[0]), points[-1]) for s in scores]
     return {p: 100.0 * binned.count(p) / len(binned) for p in points}
+
+
+# --- panels ------------------------------------------------------------------------------------
+
+
+def error_correlation(errors: np.ndarray) -> np.ndarray:
+    """Pearson correlations between the rows of ``errors`` (one row per judge, one column per item).
+
+    A judge whose errors do not vary on these items (it never errs, or errs the same way every time) has no
+    correlation with anyone: its row and column are NaN, its diagonal 1."""
+    values = np.asarray(errors, dtype=float)
+    centred = values - values.mean(axis=1, keepdims=True)
+    norms = np.sqrt((centred ** 2).sum(axis=1))
+    varies = norms > 1e-12 * max(1.0, float(np.abs(values).max(initial=0.0)))
+    matrix = np.full((values.shape[0], values.shape[0]), math.nan)
+    if varies.any():
+        unit = centred[varies] / norms[varies, None]
+        matrix[np.ix_(varies, varies)] = np.clip(unit @ unit.T, -1.0, 1.0)
+    np.fill_diagonal(matrix, 1.0)
+    return matrix
+
+
+def effective_number(correlation: np.ndarray) -> float:
+    """The effective number of independent judges behind a k x k error correlation matrix R: the participation
+    ratio of its eigenvalues, (sum λ)^2 / sum λ^2 = k^2 / sum_ij R_ij^2 (Gao et al. 2017, "A theory of
+    multineuronal dimensionality, dynamics and measurement", bioRxiv 214262; Kish's effective sample size
+    (sum w)^2 / sum w^2 with the eigenvalues as weights). k uncorrelated judges give k, k judges making the
+    same errors give 1; with every pairwise correlation equal to ρ it is k / (1 + (k - 1) ρ^2).
+    NaN when R has an undefined (NaN) entry."""
+    matrix = np.asarray(correlation, dtype=float)
+    if matrix.size == 0 or np.isnan(matrix).any():
+        return math.nan
+    eigenvalues = np.linalg.eigvalsh((matrix + matrix.T) / 2)
+    return float(eigenvalues.sum() ** 2 / np.sum(eigenvalues ** 2))
 
 
 # --- uncertainty -------------------------------------------------------------------------------

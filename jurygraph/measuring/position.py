@@ -5,7 +5,9 @@ Both orders come from one of two places:
 
 - a calibrated run (``--calibrate bpc``, ChatEval's default on pairwise data): each record's
   ``verdict.detail.runs`` holds ``original_order`` and ``swapped_order`` (MEC: ``..._e1``, ``..._e2``, paired by
-  sample), each already stated for the original order;
+  sample), each already stated for the original order; FairEval's own evaluator (``--protocol single
+  --calibrate bpc``) keeps its reviews' scores the same way in ``verdict.detail.reviews`` (``original_order #1``,
+  ``swapped_order #1``, ...);
 - a run and its ``--reverse`` run: the reversed run judged the swapped item, so its label is mapped back
   (Assistant 1 <-> 2) before the two are compared.
 
@@ -20,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jurygraph.judging.items import SWAP_LABEL
+from jurygraph.judging.judgments import pairwise_label
 from jurygraph.measuring.tables import Table
 
 ORIGINAL, SWAPPED = "original_order", "swapped_order"
+OrderPairs = dict[str, list[tuple[str, str]]]  # item id -> its (original, swapped) labels, per sample
 
 
 @dataclass
@@ -49,14 +53,19 @@ class PositionBias:
 
 
 def _label(verdict: Mapping[str, Any] | None) -> str | None:
-    if not verdict or verdict.get("missing") or verdict.get("label") is None:
+    """A verdict's label; from its two scores when it keeps only those (FairEval's reviews)."""
+    if not verdict or verdict.get("missing"):
         return None
+    if verdict.get("label") is None:
+        one, two = verdict.get("score_1"), verdict.get("score_2")
+        return None if one is None or two is None else pairwise_label(float(one), float(two))
     return str(verdict["label"])
 
 
 def calibrated_pairs(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(original-order label, swapped-order label mapped back) per sample of a calibrated record."""
-    runs = ((record.get("verdict") or {}).get("detail") or {}).get("runs") or {}
+    detail = (record.get("verdict") or {}).get("detail") or {}
+    runs = detail.get("runs") or detail.get("reviews") or {}
     pairs = []
     for name, verdict in runs.items():
         if not name.startswith(ORIGINAL):
@@ -80,9 +89,9 @@ def _ok_label(record: Mapping[str, Any]) -> str | None:
 
 
 def order_pairs(records: Iterable[Mapping[str, Any]],
-                reversed_records: Iterable[Mapping[str, Any]] | None = None) -> dict[str, list[tuple[str, str]]]:
+                reversed_records: Iterable[Mapping[str, Any]] | None = None) -> OrderPairs:
     """Item id -> its (original, swapped) label pairs: from the calibration, or matched with a reversed run."""
-    pairs: dict[str, list[tuple[str, str]]] = {}
+    pairs: OrderPairs = {}
     if reversed_records is None:
         for record in records:
             if record.get("task") == "pairwise" and record.get("status", "ok") == "ok":
@@ -138,22 +147,29 @@ def reverse_partners(manifests: Sequence[Mapping[str, Any] | None]) -> dict[int,
     return partners
 
 
-def run_biases(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
-               manifests: Sequence[Mapping[str, Any] | None]) -> list[tuple[list[int], PositionBias]]:
-    """The position bias of each calibrated pairwise run, and of each run paired with its ``--reverse`` run;
-    each with the indices of the runs it rests on."""
+def paired_runs(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
+                manifests: Sequence[Mapping[str, Any] | None]) -> list[tuple[list[int], str, OrderPairs]]:
+    """The runs that judged both answer orders: each calibrated pairwise run, and each run paired with its
+    ``--reverse`` run; each with the indices of the runs it rests on, a name and its :func:`order_pairs`.
+    The one place runs are paired: position bias and ``jurygraph rank`` read both orders from here."""
     partners = reverse_partners(manifests)
     found = []
     for k, name in enumerate(names):
         if k in partners:
             forward = partners[k]
-            found.append(([forward, k], position_bias(f"{names[forward]} + {name}",
-                                                      order_pairs(records[forward], records[k]))))
+            found.append(([forward, k], f"{names[forward]} + {name}", order_pairs(records[forward], records[k])))
         else:
             pairs = order_pairs(records[k])
             if pairs:
-                found.append(([k], position_bias(name, pairs)))
+                found.append(([k], name, pairs))
     return found
+
+
+def run_biases(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
+               manifests: Sequence[Mapping[str, Any] | None]) -> list[tuple[list[int], PositionBias]]:
+    """The position bias of each calibrated pairwise run, and of each run paired with its ``--reverse`` run;
+    each with the indices of the runs it rests on."""
+    return [(indices, position_bias(name, pairs)) for indices, name, pairs in paired_runs(names, records, manifests)]
 
 
 def _percent(value: float) -> str:

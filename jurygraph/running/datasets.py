@@ -28,6 +28,7 @@ from jurygraph.judging.items import SWAP_LABEL, EvalItem, TaskKind
 # the shipped copy of each built-in benchmark (by its canonical name, judging.benchmarks)
 BUILTIN = {"faireval": "faireval.json", "summeval": "summeval.json", "topical-chat": "topical_chat.json"}
 FAIREVAL_LABELS = {"gpt35": "1", "vicuna": "2", "tie": "tie"}
+FAIREVAL_SYSTEMS = ("gpt35", "vicuna")  # Assistant 1 and Assistant 2 in the data's order
 
 
 @dataclass(frozen=True)
@@ -231,13 +232,17 @@ def _faireval(source: _Source, reverse: bool) -> Dataset:
             if label is not None and label not in FAIREVAL_LABELS:
                 raise FieldError("human_results", f"{label!r} is not gpt35 / vicuna / tie")
             one, two = _field(row, "response.gpt35"), _field(row, "response.vicuna")
+            systems = FAIREVAL_SYSTEMS
             human = {"label": FAIREVAL_LABELS[label]} if label else None
             if reverse:
-                one, two = two, one
+                one, two, systems = two, one, systems[::-1]
                 human = {"label": SWAP_LABEL[human["label"]]} if human else None
+            # the systems by name, as any pairwise item may give them (meta.model_1 / meta.model_2): what
+            # `jurygraph rank` ranks and the same-family warning of `jurygraph metaeval` compares judges with
             return {"id": str(row.get("question_id", i)), "task": "pairwise", "dataset": "faireval",
                     "question": _field(row, "question"), "response_1": one, "response_2": two, "human": human,
-                    "meta": {"category": row.get("category"), "reversed": reverse}}
+                    "meta": {"category": row.get("category"), "reversed": reverse,
+                             "model_1": systems[0], "model_2": systems[1]}}
         _make(dataset, str(file), _row_label(i + 1, row, "question_id"), build)
     return dataset
 

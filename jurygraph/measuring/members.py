@@ -1,0 +1,120 @@
+"""The members of a panel, read from a run's records: each judge whose judgment the verdict combines.
+
+- Per-agent ``judgments`` of a record: ChatEval's referees, the ensemble's personas, ReFeR's peers and area
+  chair (the last judgment of each; ChatEval's judgments of every round are in ``verdict.detail``).
+- Under a calibration (``--calibrate bpc`` / ``mec``, ChatEval's default on pairwise data) the judgments are
+  ``RUN/agent``, as the agent said them in the order it was shown: each is mapped to the original answer
+  order, and a member's judgment of the item is the combination of its runs the calibration makes of the
+  verdict's (the mean scores, :func:`~jurygraph.judging.aggregation.aggregate`), its runs kept in
+  ``detail.runs`` so that :mod:`jurygraph.measuring.position` pairs its two orders as it pairs the verdict's.
+- DEBATE: one Scorer, before and after the Critic: its first score and its last (``verdict.detail.scores``).
+- FairEval's own evaluator (``--protocol single --calibrate``): its reviews ``<order> #<sample>`` are one judge.
+
+:func:`member_records` gives a run's records as one member would have them (its judgment as the verdict), so
+a member is measured exactly as the verdict is, by :func:`~jurygraph.measuring.metaeval.evaluate_records`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.items import TaskKind
+from jurygraph.judging.judgments import Judgment, map_back
+from jurygraph.measuring.position import SWAPPED
+
+BEFORE, AFTER = "Scorer (before critique)", "Scorer (after critique)"
+SCORER = "Scorer"
+# FairEval's own evaluator (``--protocol single --calibrate``) names its reviews "<order> #<sample>"; its agent
+# is nodes.faireval.FAIREVAL_AGENT (not imported here: that loads the model layer; a test keeps them equal)
+FAIREVAL = "FairEval"
+_REVIEW = re.compile(r"^(original|swapped)_order\S* #\d+$")
+# what a member's record keeps of the run's record (its verdict is the member's judgment)
+_ITEM_KEYS = ("id", "status", "task", "dataset", "aspect", "group", "human")
+
+
+def is_debate(detail: Mapping[str, Any]) -> bool:
+    """A DEBATE verdict: its detail holds the Scorer's score of every iteration and who decided."""
+    return isinstance(detail.get("scores"), list) and "decided_by" in detail
+
+
+def agent_of(key: str) -> tuple[str | None, str]:
+    """``original_order/Critic`` -> (``original_order``, ``Critic``); ``Critic`` -> (None, ``Critic``);
+    FairEval's own evaluator's reviews ``swapped_order #2`` -> (``swapped_order #2``, ``FairEval``)."""
+    if _REVIEW.match(key):
+        return key, FAIREVAL
+    run, sep, agent = key.rpartition("/")
+    return (run, agent) if sep else (None, key)
+
+
+def in_original_order(run: str | None, judgment: Mapping[str, Any]) -> dict[str, Any]:
+    """A calibration run's judgment stated for the original answer order."""
+    return map_back(dict(judgment)) if run is not None and run.startswith(SWAPPED) else dict(judgment)
+
+
+def _score(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"kind": "score", "missing": True, "reason": "no score in this iteration"}
+    return {"kind": "score", "missing": False, "score": float(value)}
+
+
+def member_judgments(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each member's judgment of the record's item, in the original answer order (see the module's doc)."""
+    detail = (record.get("verdict") or {}).get("detail") or {}
+    judgments = record.get("judgments") or {}
+    if is_debate(detail):
+        scores = detail["scores"]
+        return {BEFORE: _score(scores[0]), AFTER: _score(scores[-1])} if scores else {}
+    by_agent: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, judgment in judgments.items():
+        run, agent = agent_of(key)
+        by_agent.setdefault(agent, {})[run or ""] = in_original_order(run, judgment)
+    found = {}
+    for agent, runs in by_agent.items():
+        if list(runs) == [""]:
+            found[agent] = runs[""]
+            continue
+        kind = TaskKind(next(iter(runs.values())).get("kind", "pairwise"))
+        combined = aggregate([Judgment.model_validate(j) for j in runs.values()], kind, "mean").to_state()
+        combined["detail"] = {"runs": runs}
+        found[agent] = combined
+    return found
+
+
+def member_names(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The members of a run, in the order they first appear."""
+    return list(member_views(records))
+
+
+def member_records(records: Iterable[Mapping[str, Any]], member: str) -> list[dict[str, Any]]:
+    """The run's records with each verdict replaced by ``member``'s judgment (missing where it gave none)."""
+    records = list(records)
+    return member_views(records).get(member) or [_view(r, None, member) for r in records]
+
+
+def member_views(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`member_records` of every member, in the order they first appear (each record read once)."""
+    records = list(records)
+    judged = [member_judgments(record) for record in records]
+    names = list(dict.fromkeys(name for found in judged for name in found))
+    return {name: [_view(record, found.get(name), name) for record, found in zip(records, judged, strict=True)]
+            for name in names}
+
+
+def _view(record: Mapping[str, Any], judgment: dict[str, Any] | None, member: str) -> dict[str, Any]:
+    view = {key: record[key] for key in _ITEM_KEYS if key in record}
+    view["verdict"] = judgment if judgment is not None else {"missing": True, "reason": f"no judgment by {member}"}
+    return view
+
+
+def member_models(records: Sequence[Mapping[str, Any]], members: Sequence[str]) -> dict[str, str | None]:
+    """Each member's model (its spec's label, from the records' usage); DEBATE's two members are the Scorer."""
+    found: dict[str, str | None] = {}
+    for member in members:
+        agent = SCORER if member in (BEFORE, AFTER) else member
+        found[member] = next((str(usage[agent]["model"]) for record in records
+                              for usage in [record.get("usage") or {}]
+                              if isinstance(usage.get(agent), Mapping) and usage[agent].get("model")), None)
+    return found
