@@ -218,7 +218,31 @@ def test_rank_says_what_it_needs(faireval_runs: dict[str, Path], tmp_path: Path,
     assert "no results.jsonl" in capsys.readouterr().err
     bare = tmp_path / "bare"
     shutil.copytree(faireval_runs["fwd"], bare)
-    (bare / "checkpoints.sqlite").unlink()  # the items' systems are read from the checkpoints
+    # items that name no systems: results lines without them (as before they were kept), no checkpoints to read
+    (bare / "checkpoints.sqlite").unlink()
+    lines = [json.loads(line) for line in (bare / "results.jsonl").read_text().splitlines()]
+    (bare / "results.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "systems"}) + "\n"
+                                                for r in lines))
     assert main(["rank", str(bare)]) == 2
     err = capsys.readouterr().err
     assert "names its two systems" in err and "--map meta.model_1=COLUMN" in err and err.count("\n") == 1
+
+
+def test_a_run_ranks_from_its_results_alone(openai_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each results line keeps the two systems (``systems``), so a run whose checkpoints are gone (or live in
+    PostgreSQL) still ranks, with the same battles as when they are read from the checkpoints."""
+    from jurygraph.running.rundir import read_results
+
+    server = openai_server(lambda request, i: "Evidence: x.\nThe score of Assistant 1: 7\nThe score of Assistant 2: 5")
+    out = tmp_path / "run"
+    assert main(["eval", "--protocol", "single", "--dataset", "faireval", "--limit", "4", "--no-calibrate",
+                 "--model", "judge", "--base-url", server.base_url, "--out", str(out), "--quiet"]) == 0
+    assert [r["systems"] for r in read_results(out)] == [["gpt35", "vicuna"]] * 4
+    capsys.readouterr()
+    assert main(["rank", str(out), "--json", "--resamples", "0"]) == 0
+    with_checkpoints = json.loads(capsys.readouterr().out)
+    (out / "checkpoints.sqlite").unlink()
+    assert main(["rank", str(out), "--json", "--resamples", "0"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone == with_checkpoints
+    assert [(s["name"], s["wins"], s["losses"]) for s in alone["systems"]] == [("gpt35", 4, 0), ("vicuna", 0, 4)]

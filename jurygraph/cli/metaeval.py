@@ -176,13 +176,16 @@ def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
 
 
 def run_systems(path: str, records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
-    """The systems each pairwise item names, read from the run's checkpoints (none when it has none)."""
-    ids = [str(r.get("id")) for r in records if r.get("task") == "pairwise"]
+    """The systems each pairwise item names: from its results line (``systems``), or for runs written before
+    results kept them, from the run's checkpoints (none when it has none)."""
+    found = {str(r["id"]): (str(r["systems"][0]), str(r["systems"][1])) for r in records
+             if r.get("task") == "pairwise" and isinstance(r.get("systems"), list) and len(r["systems"]) == 2}
+    ids = [str(r.get("id")) for r in records if r.get("task") == "pairwise" and str(r.get("id")) not in found]
     if not ids or read_manifest(path) is None or not (Path(path) / CHECKPOINTS).is_file():
-        return {}
+        return found
     from jurygraph.cli.show import item_systems  # LangGraph's checkpoint reader: only when there is one to read
 
-    return item_systems(path, ids)
+    return {**found, **item_systems(path, ids)}
 
 
 def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[str], methods: Sequence[MethodResult],

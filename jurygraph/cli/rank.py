@@ -2,8 +2,8 @@
 (``meta.model_1`` / ``meta.model_2``, e.g. FairEval's gpt35 and vicuna; ``--map meta.model_1=COLUMN`` when
 you run ``eval`` on your own data): Bradley–Terry strengths with bootstrap CIs, wins that do not survive the
 answer swap counted as ties, the human ranking beside the judges' when there are human labels, and Elo as an
-option. The computation is :mod:`jurygraph.measuring.ranking`; the items' systems are read from the runs'
-checkpoints (``cli.show``), as results.jsonl keeps no item metadata."""
+option. The computation is :mod:`jurygraph.measuring.ranking`; the items' systems are read from each results
+line's ``systems`` (runs written before results kept them: from the runs' checkpoints, through ``cli.show``)."""
 
 from __future__ import annotations
 

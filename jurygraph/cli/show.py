@@ -82,7 +82,7 @@ def item_states(run_dir: str | Path, item_ids: Iterable[str],
 def item_systems(run_dir: str | Path, item_ids: Iterable[str],
                  checkpoint: str | None = None) -> dict[str, tuple[str, str]]:
     """Item id -> the systems of its two answers (``meta.model_1``, ``meta.model_2``), for the items whose
-    checkpointed item names both (results.jsonl keeps no item metadata): what ``rank`` ranks and the
+    checkpointed item names both (for runs whose results lines predate their ``systems``): what ``rank`` ranks and the
     same-family warning compares the judges with."""
     found = {}
     for item_id, values in item_states(run_dir, item_ids, checkpoint):

@@ -142,9 +142,20 @@ class EvalItem(BaseModel):
         human = dict(self.human or {})
         if "label" in human:
             human["label"] = SWAP_LABEL[str(human["label"])]
+        meta = dict(self.meta)
+        if "model_1" in meta or "model_2" in meta:
+            meta["model_1"], meta["model_2"] = self.meta.get("model_2"), self.meta.get("model_1")
         return self.model_copy(
-            update={"response_1": self.response_2, "response_2": self.response_1, "human": human or None}
+            update={"response_1": self.response_2, "response_2": self.response_1, "human": human or None,
+                    "meta": meta}
         )
+
+    @property
+    def systems(self) -> list[str] | None:
+        """The systems that wrote a pairwise item's two answers (``meta.model_1``, ``meta.model_2``), when it
+        names both: what ``jurygraph rank`` ranks and the same-family warning compares judges with."""
+        one, two = self.meta.get("model_1"), self.meta.get("model_2")
+        return [str(one), str(two)] if self.task is TaskKind.PAIRWISE and one and two else None
 
     def image_data_url(self) -> str | None:
         """The image as a data: URL, reading a file path if needed; None when there is no image."""

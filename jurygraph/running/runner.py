@@ -147,6 +147,9 @@ def _record(item: EvalItem, values: Mapping[str, Any], status: str, error: str |
         "verdict": verdict, "judgments": judgments,
         "n_missing": sum(1 for j in judgments.values() if j.get("missing")),
         "usage": values.get("usage") or {},
+        # the two answers' systems (FairEval's gpt35/vicuna, any item's meta.model_1/2): what rank and the
+        # same-family warning read, without opening checkpoints (a Postgres run's, or deleted ones)
+        "systems": item.systems,
     }
     if error:
         record["error"] = error
