@@ -174,3 +174,18 @@ def test_repeated_ids_in_a_table_are_found_at_load(tmp_path: Path) -> None:
     path.write_text("id,response,scale_low,scale_high\na,x,1,5\nb,y,1,5\na,z,1,5\nc,w,1,5\nb,v,1,5\n")
     dataset = load_dataset(path, task="score")
     assert dataset.duplicates == ["a", "b"] and len(dataset) == 5
+
+
+def test_reverse_swaps_a_pairwise_tables_answers_and_is_refused_for_scores(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"id": "p1", "question": "Q", "response_1": "first", "response_2": "second",
+                                "human": {"label": "1"}, "meta": {"model_1": "gpt-4", "model_2": "llama"}}) + "\n")
+    (item,) = load_dataset(path, task="pairwise", reverse=True)
+    assert (item.response_1, item.response_2, item.human) == ("second", "first", {"label": "2"})
+    assert item.systems == ["llama", "gpt-4"] and item.meta["reversed"] is True
+    (forward,) = load_dataset(path, task="pairwise")
+    assert forward.systems == ["gpt-4", "llama"] and "reversed" not in forward.meta
+    with pytest.raises(DatasetError, match="--reverse swaps the two answers of pairwise items; this is a score"):
+        load_dataset(path, task="score", reverse=True)
+    with pytest.raises(DatasetError, match="summeval rates single texts"):
+        load_dataset("summeval", reverse=True)

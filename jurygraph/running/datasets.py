@@ -326,12 +326,13 @@ def _topical_chat(source: _Source, aspect: str) -> Dataset:
 
 
 def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, str] | None = None,
-               defaults: Mapping[str, Any] | None = None) -> Dataset:
+               defaults: Mapping[str, Any] | None = None, reverse: bool = False) -> Dataset:
     """A JSONL or CSV file, one item per row. ``mapping`` maps item fields to column names
     (e.g. ``{"question": "prompt", "response_1": "answer_a"}``); columns named like item fields map
     themselves (``scale_low``/``scale_high`` give the scale; a JSONL ``human`` object is taken as is).
     ``human.<key>`` targets fill human labels (numbers for score items; an empty cell is no label);
-    ``defaults`` fills fields for every row.
+    ``defaults`` fills fields for every row. ``reverse`` swaps the two answers of pairwise rows (their human
+    labels and systems too; ``meta.reversed`` says so), as ``--reverse`` does for FairEval.
 
     The file is streamed (:class:`Dataset`): read once here to validate, hash and count its rows, and again,
     row by row, each time the dataset is iterated."""
@@ -339,6 +340,8 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
     if not file.exists():
         raise DatasetError(f"{file}: no such file")
     kind = TaskKind(task).value
+    if reverse and kind != TaskKind.PAIRWISE.value:
+        raise DatasetError(f"{file}: --reverse swaps the two answers of pairwise items; this is a {kind} dataset")
     columns, recoded = _split_mapping(mapping or {})
 
     def items(errors: list[RowError], digest: Any = None) -> Iterator[EvalItem]:
@@ -347,7 +350,7 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
                 return _table_row(row, number, kind, columns, recoded, defaults)
             item = _build(errors, str(file), _row_label(number, row, columns.get("id", "id")), build)
             if item is not None:
-                yield item
+                yield _reversed(item) if reverse else item
 
     errors: list[RowError] = []
     digest = hashlib.sha256()
@@ -360,6 +363,11 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
 # the item fields a same-named column fills (human and meta only as objects); once, not per row: reading a
 # pydantic model's fields costs ~10 µs
 _ITEM_FIELDS = frozenset(EvalItem.model_fields) - {"human", "meta"}
+
+
+def _reversed(item: EvalItem) -> EvalItem:
+    swapped = item.swapped()
+    return swapped.model_copy(update={"meta": {**swapped.meta, "reversed": True}})
 
 
 def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[str, str],
@@ -484,7 +492,7 @@ def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, 
         if task is None:
             raise DatasetError(f"{path}: a JSONL/CSV dataset needs --task (pairwise, score or choice)")
         defaults = {"aspect": aspect} if aspect else None
-        return load_table(path, task=task, mapping=mapping, defaults=defaults)
+        return load_table(path, task=task, mapping=mapping, defaults=defaults, reverse=reverse)
     source = _read_json(path)  # read and parsed once: to recognise the layout and to load it
     return _load_kind(_sniff(source), source, aspect, reverse)
 
@@ -492,6 +500,9 @@ def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, 
 def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool) -> Dataset:
     if kind == "faireval":
         return _faireval(source, reverse)
+    if reverse:  # a score dataset has one answer per item: nothing to swap, and ignoring it would mislead
+        raise DatasetError(f"{source.file}: --reverse swaps the two answers of pairwise items; {kind} rates single "
+                           "texts")
     if kind == "summeval":
         return _summeval(source, aspect or "coherence")
     return _topical_chat(source, aspect or "naturalness")
