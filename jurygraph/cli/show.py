@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from jurygraph.cli.preflight import UsageError
+from jurygraph.judging.state import escalation_transcript, message_data, transcript_data
 from jurygraph.running.checkpoints import serializer
 from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
 
@@ -106,11 +107,6 @@ def _saver(target: str) -> Iterator[BaseCheckpointSaver[Any]]:
         yield sqlite_saver
 
 
-def message_data(message: BaseMessage) -> dict[str, Any]:
-    """A message as plain data: who spoke, its type (system, human, ai) and its text."""
-    return {"speaker": message.name or message.type, "type": message.type, "text": message.text}
-
-
 def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
     """The item's state as plain data: item, personas, transcript, judgments, verdict, human label."""
     item = values.get("item") or {}
@@ -119,14 +115,9 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
         system = next((m for m in history if isinstance(m, SystemMessage)), None)
         if system is not None:
             personas[agent] = system.text
-    transcript = [message_data(m) for m in values.get("transcript") or []]
+    # the panel's words (each calibration run's, or each agent's own), then the stronger judge's after an escalation
+    transcript = [*transcript_data(values), *escalation_transcript(values)]
     runs = values.get("runs") or {}
-    if not transcript:  # a calibration: each run (answer order, MEC sample) has its own transcript
-        transcript = [{**message_data(m), "run": name} for name, run in runs.items()
-                      for m in run.get("transcript") or []]
-    if not transcript:  # protocols that keep no shared transcript: each agent's own words, not what it heard
-        transcript = [message_data(m) for agent, history in (values.get("histories") or {}).items()
-                      for m in history if m.type == "ai" and _spoken_by(m, agent)]
     # LangGraph's own channels (join:..., branch:..., __pregel_...) are wiring, not what the agents did
     extra = {key: value for key, value in values.items()
              if key not in _SHOWN and not key.startswith("__") and ":" not in key}
@@ -137,17 +128,12 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
             "human": item.get("human"), "usage": values.get("usage") or {}, "state": _jsonable(extra)}
 
 
-def _spoken_by(message: BaseMessage, agent: str) -> bool:
-    """Whether a message in ``agent``'s history is its own (histories may be namespaced, e.g. ``run/agent``)."""
-    return not message.name or agent == message.name or agent.endswith("/" + message.name)
-
-
 def _jsonable(value: Any) -> Any:
     """Plain JSON; messages kept inside other state (e.g. a calibration's per-order runs) as speaker/text."""
     return json.loads(json.dumps(value, default=lambda o: message_data(o) if isinstance(o, BaseMessage) else str(o)))
 
 
-def _judgment_line(judgment: dict[str, Any]) -> str:
+def judgment_line(judgment: dict[str, Any]) -> str:
     if judgment.get("missing"):
         return f"missing ({judgment.get('reason') or 'unreadable'})"
     keys = ("label", "score_1", "score_2", "score", "answer")
@@ -179,11 +165,11 @@ def render(view: dict[str, Any]) -> str:
             lines.append(f"  -- {run} --")
         lines.append(f"  [{number}] {turn['speaker']}:\n      {_indent(turn['text'], '      ')}")
     lines.append("\njudgments:")
-    lines += [f"  {agent}: {_judgment_line(j)}" for agent, j in view["judgments"].items()]
+    lines += [f"  {agent}: {judgment_line(j)}" for agent, j in view["judgments"].items()]
     for key, value in view["state"].items():
         lines.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
     verdict = view["verdict"] or {}
-    shown = _judgment_line(verdict) if verdict else "none (the item did not finish)"
+    shown = judgment_line(verdict) if verdict else "none (the item did not finish)"
     method = f" [{verdict['method']}]" if verdict.get("method") else ""
     human = view["human"]
     human_text = ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
