@@ -100,7 +100,8 @@ def test_refer_peers_spread_and_the_area_chairs_sample_spread() -> None:
 
     peers = {f"peer_{i}": FakeJudge(respond=lambda p, m, s=s: f"Analysis.\nRating: {s}") for i, s in
              ((1, 2), (2, 4), (3, 5))}
-    _, state = run(create_refer(samples=4), SCORED, JuryContext(models={**peers, AREA_CHAIR: FakeJudge(respond=respond)}))
+    area_chair = FakeJudge(respond=respond)
+    _, state = run(create_refer(samples=4), SCORED, JuryContext(models={**peers, AREA_CHAIR: area_chair}))
     signals = doubt_signals(state)
     assert signals["spread"] == 3.0  # peers 2, 4, 5
     samples = state["verdict"]["detail"]["ratings"]
