@@ -150,6 +150,24 @@ def _indent(text: str, pad: str = "    ") -> str:
     return text.replace("\n", "\n" + pad)
 
 
+def decision_lines(verdict: dict[str, Any]) -> list[str]:
+    """Who decided, when not the panel: the escalation (what sent it, both verdicts) and the review."""
+    detail = verdict.get("detail") or {}
+    lines = []
+    escalation = detail.get("escalation")
+    if escalation:
+        escalated = escalation.get("escalated") or {}
+        lines.append(f"escalated ({', '.join(escalation.get('triggered_by') or [])}): panel "
+                     f"{judgment_line(escalation.get('panel') or {})}; escalated "
+                     f"{judgment_line(escalated) if escalated else 'none'}; decided by {escalation.get('decided_by')}")
+    review = detail.get("review")
+    if review:
+        note = f": {review['note']}" if review.get("note") else ""
+        lines.append(f"reviewed by {review.get('reviewer')} at {review.get('at')}{note}; the panel said "
+                     f"{judgment_line(review.get('panel_verdict') or {})}")
+    return lines
+
+
 def render(view: dict[str, Any]) -> str:
     item = view["item"]
     head = " · ".join(str(x) for x in (view["id"], item.get("task"), item.get("dataset"), item.get("aspect")) if x)
@@ -174,4 +192,5 @@ def render(view: dict[str, Any]) -> str:
     human = view["human"]
     human_text = ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
     lines.append(f"\nverdict: {shown}{method}    human: {human_text}")
+    lines += decision_lines(verdict)
     return "\n".join(lines)

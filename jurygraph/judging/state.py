@@ -105,9 +105,11 @@ def transcript_data(values: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def escalation_transcript(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """What the stronger judge of an escalation said (its agents' own words, ``run`` naming the agent)."""
-    return [{**message_data(m), "run": "escalation"} for agent, history in (values.get("histories") or {}).items()
-            if agent.startswith(ESCALATION_PREFIX)
+    """What the stronger judge of an escalation said: its agents' own words, ``run`` naming the escalation (and the
+    answer order when it judged both)."""
+    # "escalation", or "escalation/swapped_order" when the escalation judged both answer orders
+    return [{**message_data(m), "run": agent.rpartition("/")[0]} for agent, history in
+            (values.get("histories") or {}).items() if agent.startswith(ESCALATION_PREFIX)
             for m in history if m.type == "ai" and spoken_by(m, agent)]
 
 

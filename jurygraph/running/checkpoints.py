@@ -94,6 +94,10 @@ def durability(keep: KeepCheckpoints, cache: bool) -> Durability:
     return "exit" if keep == "final" and cache else "async"
 
 
+# a thread's checkpoints and writes older than the one it keeps
+_OLDER = "DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id <> ?"
+
+
 async def keep_final_only(saver: BaseCheckpointSaver, thread_id: str) -> None:
     """Delete a finished thread's checkpoints and writes older than its latest checkpoint.
 
@@ -111,9 +115,7 @@ async def keep_final_only(saver: BaseCheckpointSaver, thread_id: str) -> None:
             await saver.conn.execute("BEGIN")
             try:
                 for table in ("checkpoints", "writes"):
-                    await saver.conn.execute(
-                        f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id <> ?",
-                        (thread_id, keep_id))
+                    await saver.conn.execute(_OLDER.format(table=table), (thread_id, keep_id))
             except BaseException:
                 await saver.conn.execute("ROLLBACK")
                 raise
@@ -121,3 +123,21 @@ async def keep_final_only(saver: BaseCheckpointSaver, thread_id: str) -> None:
         return
     with contextlib.suppress(NotImplementedError):  # BaseCheckpointSaver's default
         await saver.aprune([thread_id], strategy="keep_latest")
+
+
+def keep_final_only_sync(saver: BaseCheckpointSaver, thread_id: str) -> None:
+    """:func:`keep_final_only` for a synchronous saver (``SqliteSaver``; others through LangGraph's ``prune``)."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    if isinstance(saver, SqliteSaver):
+        latest = saver.get_tuple(config)
+        if latest is None:
+            return
+        keep_id = latest.config["configurable"]["checkpoint_id"]
+        with saver.lock, saver.conn:  # one transaction, under the saver's own lock
+            for table in ("checkpoints", "writes"):
+                saver.conn.execute(_OLDER.format(table=table), (thread_id, keep_id))
+        return
+    with contextlib.suppress(NotImplementedError):
+        saver.prune([thread_id], strategy="keep_latest")

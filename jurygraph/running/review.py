@@ -27,7 +27,7 @@ from langgraph.types import Command
 
 from jurygraph.judging.items import as_item
 from jurygraph.nodes.review import read_review
-from jurygraph.running.checkpoints import serializer
+from jurygraph.running.checkpoints import keep_final_only_sync, serializer
 from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CHECKPOINTS,
@@ -78,6 +78,7 @@ class Review:
 
     out: Path
     app: CompiledStateGraph[Any, Any, Any, Any]
+    keep_final: bool = True  # the run keeps each finished item's final checkpoint only (--keep-checkpoints final)
 
     def _config(self, item_id: str) -> Any:
         return {"configurable": {"thread_id": item_id}}
@@ -113,6 +114,8 @@ class Review:
         values = self.app.invoke(Command(resume=answer), config, durability="exit")
         if values.get("__interrupt__"):
             raise NotAwaitingReview(f"item {item_id!r} asked again: {values['__interrupt__'][0].value.get('error')}")
+        if self.keep_final and self.app.checkpointer is not None:
+            keep_final_only_sync(self.app.checkpointer, item_id)  # type: ignore[arg-type]
         return self._record(item_id, values)
 
     def _record(self, item_id: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +145,8 @@ class Review:
 def reviewing(graph: StateGraph, out_dir: str | Path, *, checkpoint: str | None = None) -> Iterator[Review]:
     """Hold the run's lock (RunLocked if a run or another review writes it) and give a :class:`Review` of it."""
     out = Path(out_dir)
-    if read_manifest(out) is None:
+    manifest = read_manifest(out)
+    if manifest is None:
         raise FileNotFoundError(f"{out}: no manifest.json (is it a jurygraph run directory?)")
     with run_lock(out), _saver(checkpoint or str(out / CHECKPOINTS)) as saver:
-        yield Review(out, graph.compile(checkpointer=saver))
+        yield Review(out, graph.compile(checkpointer=saver), keep_final=manifest.get("keep_checkpoints") != "all")
