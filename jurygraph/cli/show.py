@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,11 +17,10 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 
 from jurygraph.cli.preflight import UsageError
 from jurygraph.judging.state import escalation_transcript, message_data, transcript_data
-from jurygraph.running.checkpoints import serializer
+from jurygraph.running.checkpoints import NoCheckpoints, open_saver
 from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
 
 # state keys shown in their own sections; any other key a protocol keeps (DEBATE's scores and reviews...) is
@@ -44,16 +42,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     view = item_view(args.item_id, values)
     print(json.dumps(view, indent=2, ensure_ascii=False) if args.json else render(view))
     return 0
-
-
-@contextmanager
-def _read_only_saver(path: Path) -> Iterator[SqliteSaver]:
-    # read-only: looking at a run must never change it (nor create a database where there was none)
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
-    try:
-        yield SqliteSaver(conn, serde=serializer())  # reads compressed and uncompressed checkpoints
-    finally:
-        conn.close()
 
 
 def item_state(run_dir: str | Path, item_id: str, checkpoint: str | None = None) -> dict[str, Any]:
@@ -95,16 +83,11 @@ def item_systems(run_dir: str | Path, item_ids: Iterable[str],
 
 @contextmanager
 def _saver(target: str) -> Iterator[BaseCheckpointSaver[Any]]:
-    if target.startswith(("postgres://", "postgresql://")):
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        with PostgresSaver.from_conn_string(target) as saver:
+    try:
+        with open_saver(target, read_only=True) as saver:  # looking at a run never changes it
             yield saver
-        return
-    if not Path(target).is_file():
-        raise UsageError(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
-    with _read_only_saver(Path(target)) as sqlite_saver:
-        yield sqlite_saver
+    except NoCheckpoints as err:
+        raise UsageError(str(err)) from None
 
 
 def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -194,7 +194,7 @@ def coverage_tables(report: DoubtReport) -> list[tuple[str, Table]]:
     notes = [f"the panel's verdict on the items each rule leaves to it; {report.excluded} items without a readable "
              "panel verdict left out" if report.excluded else "the panel's verdict on the items each rule leaves to it"]
     curves = Table(f"coverage–agreement: {report.name} · {report.target} ({report.statistic})",
-                   ["signal", "escalate when", "kept", "coverage", report.statistic], rows, notes=notes)
+                   ["signal", "escalate or review when", "kept", "coverage", report.statistic], rows, notes=notes)
     split_rows = [[g.group, str(g.n), _shown(g.agreement), "" if g.panel_agreement is None else
                    _shown(g.panel_agreement)] for g in report.split]
     split_notes = [f"{report.awaiting_review} items await review"] if report.awaiting_review else []

@@ -25,7 +25,10 @@ with :func:`serializer` (``SqliteSaver(conn, serde=serializer())``) or through :
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import zlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -141,3 +144,31 @@ def keep_final_only_sync(saver: BaseCheckpointSaver, thread_id: str) -> None:
         return
     with contextlib.suppress(NotImplementedError):
         saver.prune([thread_id], strategy="keep_latest")
+
+
+class NoCheckpoints(FileNotFoundError):
+    """A run's SQLite checkpoint file is not where it should be."""
+
+
+@contextlib.contextmanager
+def open_saver(target: str, *, read_only: bool) -> Iterator[BaseCheckpointSaver[Any]]:
+    """A run's checkpoint store, synchronous: a postgres:// URL, or its SQLite file (compressed checkpoints read
+    through :func:`serializer`). ``read_only``: looking at a run never changes it, nor creates a database where there
+    was none (``show``); otherwise writable (a review finishes items in it). NoCheckpoints when the file is missing."""
+    if target.startswith(("postgres://", "postgresql://")):
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(target) as saver:
+            yield saver
+        return
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = Path(target)
+    if not path.is_file():
+        raise NoCheckpoints(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False) if read_only \
+        else sqlite3.connect(path, check_same_thread=False)
+    try:
+        yield SqliteSaver(conn, serde=serializer())
+    finally:
+        conn.close()

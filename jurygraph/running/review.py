@@ -14,20 +14,18 @@ verdict; :meth:`Review.pending` (and an ``eval --resume``) write its line from t
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
 from jurygraph.judging.items import as_item
 from jurygraph.nodes.review import read_review
-from jurygraph.running.checkpoints import keep_final_only_sync, serializer
+from jurygraph.running.checkpoints import keep_final_only_sync, open_saver
 from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CHECKPOINTS,
@@ -49,27 +47,6 @@ class NotAwaitingReview(ValueError):
 def awaiting_ids(out_dir: str | Path) -> list[str]:
     """The ids of the items whose results line says they wait for a review, in the file's order."""
     return [str(r["id"]) for r in iter_results(out_dir) if r.get("status") == AWAITING_REVIEW]
-
-
-@contextlib.contextmanager
-def _saver(target: str) -> Iterator[BaseCheckpointSaver[Any]]:
-    """The run's checkpoint store, writable (a review finishes items in it)."""
-    if target.startswith(("postgres://", "postgresql://")):
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        with PostgresSaver.from_conn_string(target) as saver:
-            yield saver
-        return
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    if not Path(target).is_file():
-        raise FileNotFoundError(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
-    conn = sqlite3.connect(target, check_same_thread=False)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        yield SqliteSaver(conn, serde=serializer())
-    finally:
-        conn.close()
 
 
 @dataclass
@@ -148,5 +125,5 @@ def reviewing(graph: StateGraph, out_dir: str | Path, *, checkpoint: str | None 
     manifest = read_manifest(out)
     if manifest is None:
         raise FileNotFoundError(f"{out}: no manifest.json (is it a jurygraph run directory?)")
-    with run_lock(out), _saver(checkpoint or str(out / CHECKPOINTS)) as saver:
+    with run_lock(out), open_saver(checkpoint or str(out / CHECKPOINTS), read_only=False) as saver:
         yield Review(out, graph.compile(checkpointer=saver), keep_final=manifest.get("keep_checkpoints") != "all")
