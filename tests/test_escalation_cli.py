@@ -22,6 +22,7 @@ from jurygraph.running.rundir import read_results, run_lock
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import prompt_of
 from jurygraph.testing.panel_judges import faireval
+from tests.test_postgres import postgres_url  # noqa: F401  (the fixture: a PostgreSQL server on 127.0.0.1)
 
 LIMIT = 6
 # FairEval's first six human labels, and the items where the Critic ("contrary") disagrees with General Public
@@ -289,3 +290,17 @@ def test_metaeval_curves_match_the_scripts(openai_server, tmp_path: Path, capsys
     assert main(["metaeval", str(out), "--resamples", "0"]) == 0
     text = capsys.readouterr().out
     assert "coverage–agreement: ensemble · pairwise (accuracy)" in text and "margin<2" in text
+
+
+def test_review_of_a_run_checkpointed_in_postgres(openai_server, postgres_url: str,  # noqa: F811
+                                                  tmp_path: Path) -> None:
+    server = openai_server(respond)
+    out = tmp_path / "run"
+    assert main(run_args(server, out, "--review-when", "agreement<1", "--checkpoint", postgres_url)) == 0
+    assert {i for i, r in by_id(out).items() if r["status"] == "awaiting_review"} == DISAGREE
+    assert main(["review", str(out), "--checkpoint", postgres_url, "--item", "3", "--verdict", "2"]) == 0
+    assert by_id(out)["3"]["verdict"]["label"] == "2" and by_id(out)["3"]["decided_by"] == "review"
+    sent = len(server.requests)
+    assert main(["eval", "--resume", str(out), "--checkpoint", postgres_url, "--quiet"]) == 0
+    assert len(server.requests) == sent
+    assert {i for i, r in by_id(out).items() if r["status"] == "awaiting_review"} == DISAGREE - {"3"}

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_json, doubt_reports
+from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_json, doubt_reports, panel_records
 from jurygraph.measuring.families import FAMILIES, parse_rules
 from jurygraph.measuring.metaeval import (
     Level,
@@ -256,8 +256,12 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     parse_rules(args.family)  # a bad rule fails before any work
     methods = evaluate(named, args)
     check(methods, args)
-    biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in named], manifests)]
-    panels, warnings = diagnose(named, paths, methods, manifests, args)
+    # the panel's position bias and diagnostics are its own verdicts', before any escalation or review
+    panel_named = [(name, panel_records(records)) for name, records in named]
+    panel_methods = [m if panel == records else evaluate([(name, panel)], args)[0]
+                     for m, (name, records), (_, panel) in zip(methods, named, panel_named, strict=True)]
+    biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in panel_named], manifests)]
+    panels, warnings = diagnose(panel_named, paths, panel_methods, manifests, args)
     doubts = [report for name, records in named for report in doubt_reports(name, records, args.compare_stat)]
     for warning in warnings:
         print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "

@@ -156,6 +156,21 @@ def _split(rows: Sequence[_Row], statistic: str) -> list[Group]:
     return groups
 
 
+def panel_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The records as the panel alone decided them: each verdict replaced by the panel's own (an item waiting for a
+    review has one too), for what measures the panel itself (its diagnostics, its position bias). Records of runs
+    without escalation or review come back as they are."""
+    found = []
+    for record in records:
+        verdict = record.get("verdict") or {}
+        routed = {"escalation", "review"} & set(verdict.get("detail") or {})
+        if routed or (record.get("status") == AWAITING_REVIEW and verdict):
+            found.append({**record, "status": "ok", "verdict": panel_verdict(record)})
+        else:
+            found.append(dict(record))
+    return found
+
+
 def doubt_reports(name: str, records: Sequence[Mapping[str, Any]], statistic: str = "spearman") -> list[DoubtReport]:
     """One run's coverage–agreement curves and its split, per target; ``statistic`` for scores (labels: accuracy).
     Empty when the run's records carry no doubt signals (runs written before them)."""
