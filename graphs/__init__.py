@@ -13,12 +13,14 @@ from jurygraph.graphs.chateval import (
 from jurygraph.graphs.debate import DebateState, create_debate
 from jurygraph.graphs.devil import add_devil, create_chateval_devil
 from jurygraph.graphs.ensemble import create_ensemble
+from jurygraph.graphs.escalation import route_doubtful
 from jurygraph.graphs.faireval import create_faireval
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.peer_discussion import create_refer_discussion
-from jurygraph.graphs.refer import ReferState, create_refer
+from jurygraph.graphs.refer import ReferState, create_refer, create_refer_peer
 from jurygraph.graphs.single import create_single_agent
 from jurygraph.graphs.wiring import (
+    branch_when,
     chain,
     edges_of,
     exit_when,
@@ -35,6 +37,7 @@ __all__ = [
     "DebateState",
     "ReferState",
     "add_devil",
+    "branch_when",
     "calibrate",
     "chain",
     "create_analyze_rate",
@@ -46,6 +49,7 @@ __all__ = [
     "create_geval",
     "create_refer",
     "create_refer_discussion",
+    "create_refer_peer",
     "create_single_agent",
     "edges_of",
     "exit_when",
@@ -53,6 +57,7 @@ __all__ = [
     "panel_agrees",
     "remove_edge",
     "replace_edges",
+    "route_doubtful",
     "stop_on_consensus",
     "strategy_plan",
     "turn_boundaries",

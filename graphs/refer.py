@@ -32,6 +32,7 @@ from langgraph.graph import END, START, StateGraph
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
+from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.refer import FEEDBACK_MODES, Peer, make_area_chair_node, make_peer_node, template_for
 
 Variant = Literal["turbo", "lite"]
@@ -118,4 +119,30 @@ def create_refer(
                                                       use_first=lite_from_turbo))
     builder.add_edge([p.name for p in panel], AREA_CHAIR)  # the barrier: the area chair waits for every peer
     builder.add_edge(AREA_CHAIR, END)
+    return builder
+
+
+def create_refer_peer(
+    *,
+    peer: str = "peer",
+    template: str | None = None,
+    prompt_file: str | Path | None = None,
+    state_schema: type[Any] = ReferState,
+    context_schema: type[Any] = JuryContext,
+) -> StateGraph:
+    """One model judging alone with ReFeR's peer prompt (no other peer, no area chair): ReFeR's single-agent form,
+    which is what an escalation to a stronger model runs for a ReFeR panel (``--escalate-to``). The verdict is the
+    peer's judgment (missing when it is); ``template``/``prompt_file`` as :func:`create_refer`'s."""
+    if prompt_file is not None and not Path(prompt_file).is_file():
+        raise FileNotFoundError(f"prompt file {str(prompt_file)!r} does not exist")
+
+    def choose(item: EvalItem) -> Any:
+        return template_for(item, template, prompt_file)
+
+    builder = StateGraph(state_schema, context_schema=context_schema)
+    builder.add_node(peer, make_peer_node(Peer(peer), choose))
+    builder.add_node("aggregate", make_aggregator_node([peer]))
+    builder.add_edge(START, peer)
+    builder.add_edge(peer, "aggregate")
+    builder.add_edge("aggregate", END)
     return builder

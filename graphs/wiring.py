@@ -6,8 +6,9 @@ and ``summarizer_t<t>`` for deliveries, ``aggregate`` for the verdict (and, in t
 ``consensus_t<t>``, ``peer_<k>_r<round>``).
 
 :func:`turn_boundaries` finds where one turn hands over to the next, :func:`insert_after` puts a node there,
-and :func:`exit_when` makes a hand-over conditional: with them ChatEval's early stop and the devil's advocate
-are a few lines each (``notebooks/02_compose_a_strategy.ipynb`` writes such a protocol by hand).
+and :func:`exit_when` makes a hand-over conditional (:func:`branch_when`, with several exits): with them ChatEval's
+early stop, the devil's advocate and the escalation after the verdict (``graphs/escalation.py``) are a few lines
+each (``notebooks/02_compose_a_strategy.ipynb`` writes such a protocol by hand).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
-__all__ = ["END", "START", "chain", "edges_of", "exit_when", "insert_after", "remove_edge", "replace_edges",
-           "turn_boundaries"]
+__all__ = ["END", "START", "branch_when", "chain", "edges_of", "exit_when", "insert_after", "remove_edge",
+           "replace_edges", "turn_boundaries"]
 
 _TURN = re.compile(r"(?:_t|^round_)(\d+)(?:_g\d+)?$")
 
@@ -98,16 +99,27 @@ def exit_when(builder: StateGraph, source: str, condition: Callable[[dict[str, A
               label: str = "exit") -> StateGraph:
     """Turn ``source``'s plain out-edges into a conditional edge: when ``condition(state)`` holds, go to
     ``exit_to`` (edge labelled ``label`` in the diagram), otherwise on as before (to every old target)."""
+    return branch_when(builder, source, [(label, condition, exit_to)])
+
+
+def branch_when(builder: StateGraph, source: str,
+                branches: Sequence[tuple[str, Callable[[dict[str, Any]], bool], str]]) -> StateGraph:
+    """:func:`exit_when` with several exits: ``branches`` are ``(label, condition, target)``, checked in order; the
+    first whose condition holds is taken, and when none does the edge goes on as before (to every old target)."""
     targets = sorted(t for s, t in edges_of(builder) if s == source)
     if not targets:
         raise KeyError(f"{source} has no plain out-edge to make conditional")
+    labels = [label for label, _, _ in branches]
+    if len(set(labels)) != len(labels) or set(labels) & set(targets):
+        raise ValueError(f"branch labels must be distinct and differ from {source}'s targets: {labels}")
     for target in targets:
         remove_edge(builder, source, target)
-    ends: dict[Hashable, str] = {label: exit_to, **{t: t for t in targets}}
+    ends: dict[Hashable, str] = {**{label: to for label, _, to in branches}, **{t: t for t in targets}}
 
     def route(state: dict[str, Any]) -> str | list[str]:
-        if condition(state):
-            return label
+        for label, condition, _ in branches:
+            if condition(state):
+                return label
         return targets[0] if len(targets) == 1 else list(targets)
 
     builder.add_conditional_edges(source, route, ends)

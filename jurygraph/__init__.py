@@ -20,11 +20,13 @@ if TYPE_CHECKING:
     from jurygraph.graphs.chateval import ChatEvalState, create_chateval
     from jurygraph.graphs.debate import DebateState, create_debate
     from jurygraph.graphs.ensemble import create_ensemble
+    from jurygraph.graphs.escalation import route_doubtful
     from jurygraph.graphs.faireval import create_faireval
     from jurygraph.graphs.geval import create_analyze_rate, create_geval
     from jurygraph.graphs.refer import ReferState, create_refer
     from jurygraph.graphs.single import create_single_agent
     from jurygraph.judging.aggregation import aggregate
+    from jurygraph.judging.doubt import doubt_signals
     from jurygraph.judging.items import EvalItem, Scale, TaskKind
     from jurygraph.judging.judgments import Judgment, Verdict
     from jurygraph.judging.state import JuryState, judgments_of, verdict_of
@@ -44,11 +46,13 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["ChatEvalState", "create_chateval"], "jurygraph.graphs.chateval"),
     **dict.fromkeys(["DebateState", "create_debate"], "jurygraph.graphs.debate"),
     "create_ensemble": "jurygraph.graphs.ensemble",
+    "route_doubtful": "jurygraph.graphs.escalation",
     "create_faireval": "jurygraph.graphs.faireval",
     **dict.fromkeys(["create_analyze_rate", "create_geval"], "jurygraph.graphs.geval"),
     **dict.fromkeys(["ReferState", "create_refer"], "jurygraph.graphs.refer"),
     "create_single_agent": "jurygraph.graphs.single",
     "aggregate": "jurygraph.judging.aggregation",
+    "doubt_signals": "jurygraph.judging.doubt",
     **dict.fromkeys(["EvalItem", "Scale", "TaskKind"], "jurygraph.judging.items"),
     **dict.fromkeys(["Judgment", "Verdict"], "jurygraph.judging.judgments"),
     **dict.fromkeys(["JuryState", "judgments_of", "verdict_of"], "jurygraph.judging.state"),

@@ -15,6 +15,14 @@ With no context, every agent uses the embedded offline model when ``jurygraph[lo
 :class:`~jurygraph.judging.items.EvalItem` as JSON, e.g. a FairEval question (``task: "pairwise"``) for ChatEval
 and the ChatEval baselines, a SummEval or Topical-Chat item (``task: "score"``) for DEBATE, ReFeR
 and G-Eval.
+
+Two graphs route the items their panel (the Ensemble: General Public and Critic) is unsure of
+(:mod:`jurygraph.graphs.escalation`): ``ensemble_escalation`` sends an item whose referees disagree
+(``agreement<1``) to ChatEval's single agent on the context's ``"escalation"`` model
+(``{"models": {"escalation": "openai:gpt-4o"}}``); ``ensemble_review`` stops such an item at the ``review`` node,
+which calls ``interrupt()``: Studio shows the panel's verdict, its doubt signals and the transcript, and the run
+goes on with a resume value such as ``{"verdict": "1", "reviewer": "ada", "note": "..."}`` (``"1"``, ``"2"``,
+``"tie"``, a score, a choice's answer).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from jurygraph.graphs.chateval import create_chateval
 from jurygraph.graphs.debate import create_debate
 from jurygraph.graphs.devil import create_chateval_devil
 from jurygraph.graphs.ensemble import create_ensemble
+from jurygraph.graphs.escalation import route_doubtful
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import create_refer
@@ -55,6 +64,10 @@ single_agent = _compiled(create_single_agent(), "single_agent")
 ensemble = _compiled(create_ensemble(), "ensemble")
 geval = _compiled(create_geval(), "geval")
 analyze_rate = _compiled(create_analyze_rate(), "analyze_rate")
+# doubtful items (jurygraph's own, opt-in): the ensemble's disagreements go to a stronger judge, or to a person
+ensemble_escalation = _compiled(route_doubtful(create_ensemble(), escalate_when="agreement<1",
+                                               escalation=create_single_agent()), "ensemble_escalation")
+ensemble_review = _compiled(route_doubtful(create_ensemble(), review_when="agreement<1"), "ensemble_review")
 
 GRAPHS: dict[str, CompiledStateGraph] = {
     "chateval_one_by_one": chateval_one_by_one,
@@ -70,4 +83,6 @@ GRAPHS: dict[str, CompiledStateGraph] = {
     "ensemble": ensemble,
     "geval": geval,
     "analyze_rate": analyze_rate,
+    "ensemble_escalation": ensemble_escalation,
+    "ensemble_review": ensemble_review,
 }

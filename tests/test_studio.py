@@ -39,6 +39,9 @@ EXPECTED: dict[str, tuple[Any, str, Any]] = {
     "ensemble": (FAIREVAL, "label", "2"),
     "geval": (SUMMEVAL, "score", 4.0),
     "analyze_rate": (SUMMEVAL, "score", 4.0),
+    # the referees agree (6 and 8 each): neither escalated nor reviewed
+    "ensemble_escalation": (FAIREVAL, "label", "2"),
+    "ensemble_review": (FAIREVAL, "label", "2"),
 }
 
 

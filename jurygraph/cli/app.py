@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reasoning-report": ("jurygraph.cli.reasoning_report", "accuracy of a reasoning run against gold answers: the "
                                                            "verdict's, each peer's, the peer majority's (JSON)"),
     "show": ("jurygraph.cli.show", "one item of a run as a transcript: turns, judgments, verdict"),
+    "review": ("jurygraph.cli.review", "decide the items a run paused for review (--review-when): each shown as "
+                                       "`show` prints it, your verdict resumes its graph"),
     "rank": ("jurygraph.cli.rank", "rank the systems of pairwise runs (Bradley–Terry with bootstrap CIs, wins that "
                                    "survive the answer swap; the human ranking beside it)"),
     "report": ("jurygraph.cli.report", "runs as one self-contained HTML page: summary, agreement with humans, "

@@ -15,12 +15,18 @@ from typing import Any
 
 from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
-from jurygraph.cli.protocols import add_protocol_arguments, build_protocol, check_options, check_task
+from jurygraph.cli.protocols import (
+    add_protocol_arguments,
+    build_protocol,
+    check_doubt_signals,
+    check_options,
+    check_task,
+)
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
 from jurygraph.llm.redact import MASK, redact_url
 from jurygraph.running.datasets import load_dataset
-from jurygraph.running.rundir import RESULTS, iter_results, read_manifest
+from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
 from jurygraph.running.runner import RunAborted, RunSummary, run
 
 # Options that only shape how a run executes: a resume may change them (each invocation is recorded in the
@@ -160,6 +166,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     items = dataset.head(args.limit)
     setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
     check_task(args.protocol, items.tasks, str(args.dataset))
+    check_doubt_signals(setup, args)
     context = context_from_args(args, setup)
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
@@ -206,6 +213,10 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 1 if summary.failed else 0
 
 
+def awaiting_line(count: int) -> str:
+    return "1 item awaits review" if count == 1 else f"{count} items await review"
+
+
 def _params_line(params: dict[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in params.items() if key != "protocol" and value is not None)
 
@@ -221,7 +232,9 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
     verdicts: Counter[str] = Counter()
     for record in iter_results(out):  # one at a time: a large run's records do not fit in memory together
         verdict = record.get("verdict") or {}
-        if record.get("status") != "ok":
+        if record.get("status") == AWAITING_REVIEW:
+            verdicts["awaiting review"] += 1
+        elif record.get("status") != "ok":
             verdicts["failed"] += 1
         elif verdict.get("missing"):
             verdicts["missing"] += 1
@@ -236,3 +249,5 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
     for item_id, reason in list(summary.failures.items())[:5]:
         print(f"  failed {item_id}: {reason}")
     print(f"results: {out / RESULTS}")
+    if summary.awaiting_review:
+        print(f"{awaiting_line(summary.awaiting_review)}: jurygraph review {out}")

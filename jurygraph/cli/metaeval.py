@@ -1,8 +1,10 @@
 """``jurygraph metaeval RUN_DIR...``: agreement with humans of finished runs, in the papers' tables (each run
 directory, or the run directories below it, is one method). The options, the evaluation and the report are
 shared with ``jurygraph bench``. ``metaeval`` adds the position bias of runs with both answer orders and, for
-runs whose verdict combines several judges, the panel diagnostics (:mod:`jurygraph.measuring.panel`); ``--json``
-prints all of it as one JSON object."""
+runs whose verdict combines several judges, the panel diagnostics (:mod:`jurygraph.measuring.panel`), and for runs
+whose results carry doubt signals, each signal's coverage–agreement curve and the agreement of the items the panel,
+an escalation and a person decided (:mod:`jurygraph.measuring.coverage`); ``--json`` prints all of it as one JSON
+object."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_json, doubt_reports, panel_records
 from jurygraph.measuring.families import FAMILIES, parse_rules
 from jurygraph.measuring.metaeval import (
     Level,
@@ -214,7 +217,8 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
 
 
 def as_json(methods: Sequence[MethodResult], biases: Sequence[PositionBias], panels: Sequence[Panel],
-            warnings: Sequence[FamilyWarning], args: argparse.Namespace) -> dict[str, Any]:
+            warnings: Sequence[FamilyWarning], args: argparse.Namespace,
+            doubts: Sequence[DoubtReport] = ()) -> dict[str, Any]:
     by_name = {m.name: m for m in methods}
     compared = []
     for a, b in comparisons(methods, args):
@@ -227,6 +231,7 @@ def as_json(methods: Sequence[MethodResult], biases: Sequence[PositionBias], pan
         "position": [position_json(b) for b in biases],
         "comparisons": compared,
         "panels": [panel_json(p) for p in panels],
+        "doubt": [doubt_json(d) for d in doubts],
         "same_family": [family_json(w) for w in warnings],
         "family_rule": [{"family": f, "pattern": p} for f, p in [*parse_rules(args.family), *FAMILIES]],
     }
@@ -251,13 +256,18 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     parse_rules(args.family)  # a bad rule fails before any work
     methods = evaluate(named, args)
     check(methods, args)
-    biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in named], manifests)]
-    panels, warnings = diagnose(named, paths, methods, manifests, args)
+    # the panel's position bias and diagnostics are its own verdicts', before any escalation or review
+    panel_named = [(name, panel_records(records)) for name, records in named]
+    panel_methods = [m if panel == records else evaluate([(name, panel)], args)[0]
+                     for m, (name, records), (_, panel) in zip(methods, named, panel_named, strict=True)]
+    biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in panel_named], manifests)]
+    panels, warnings = diagnose(panel_named, paths, panel_methods, manifests, args)
+    doubts = [report for name, records in named for report in doubt_reports(name, records, args.compare_stat)]
     for warning in warnings:
         print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
               f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
     if args.json:
-        text = json.dumps(as_json(methods, biases, panels, warnings, args), indent=2, ensure_ascii=False)
+        text = json.dumps(as_json(methods, biases, panels, warnings, args, doubts), indent=2, ensure_ascii=False)
         print(text)
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -272,6 +282,9 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
         sections += [(f"panel_{slug(panel.name)}_{slug(panel.target)}_{kind}", table)
                      for kind, table in panel_tables(panel)]
     sections += family_tables(warnings, [*parse_rules(args.family), *FAMILIES])
+    for report in doubts:
+        sections += [(f"{kind}_{slug(report.name)}_{slug(report.target)}", table)
+                     for kind, table in coverage_tables(report)]
     for name, table in sections:
         print("\n" + table.text())
         if out is not None:

@@ -4,7 +4,8 @@ models. Graph modules stay pure factories: nothing here is imported by them.
 
 ``--calibrate`` wraps whichever pairwise protocol was chosen (:func:`calibrate_setup`); ChatEval and its
 baselines judge pairwise data in both orders by default, as ChatEval's position calibration
-(:func:`paper_positions`).
+(:func:`paper_positions`). ``--escalate-when`` / ``--review-when`` (``DOUBT_OPTIONS``, read by every protocol) then
+route the doubtful items after the verdict to a stronger judge or a person (:func:`routed_setup`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ from jurygraph.graphs.chateval import STOP_WHEN, STRATEGIES, create_chateval
 from jurygraph.graphs.debate import DEFAULT_MAX_ITERATIONS, create_debate
 from jurygraph.graphs.devil import create_chateval_devil
 from jurygraph.graphs.ensemble import create_ensemble
+from jurygraph.graphs.escalation import ESCALATION, route_doubtful
 from jurygraph.graphs.faireval import create_faireval
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.peer_discussion import create_refer_discussion
-from jurygraph.graphs.refer import AREA_CHAIR, VARIANTS, create_refer, variant_samples
+from jurygraph.graphs.refer import AREA_CHAIR, VARIANTS, create_refer, create_refer_peer, variant_samples
 from jurygraph.graphs.single import create_single_agent
 from jurygraph.judging.aggregation import AGGREGATE_METHODS
 from jurygraph.judging.benchmarks import task_of
+from jurygraph.judging.doubt import SIGNALS, parse_conditions
 from jurygraph.judging.items import TaskKind
 from jurygraph.llm.models import ModelSpec
 from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES
@@ -45,6 +48,7 @@ class ProtocolSetup:
     models: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     every_agent_has_a_model: bool = False  # ``models`` covers every agent: no --model needed
+    escalation_requests: int = 0  # the most requests an escalated item adds (0: no escalation)
 
     def requests_per_item(self) -> int:
         """The most model requests one item can cost under these parameters (every format re-ask and loop
@@ -57,7 +61,7 @@ class ProtocolSetup:
             count *= int(params.get("mec_k") or 1)
         if "bpc" in mode:
             count *= 2  # both answer orders
-        return count
+        return count + self.escalation_requests
 
 
 def _by_nodes(setup: ProtocolSetup) -> int:
@@ -171,6 +175,10 @@ class Protocol:
     own_calibration: Callable[[ProtocolSetup, str, argparse.Namespace], ProtocolSetup] | None = None
     requests: Callable[[dict[str, Any]], int] | None = None  # most requests per item, from the parameters
     options: tuple[str, ...] = ()  # the protocol options (dests) it reads; giving another one is an error
+    # its single-agent form: what a stronger model runs alone on an escalated item (--escalate-to without
+    # --escalate-protocol), with the most requests it costs
+    single_agent: Callable[[argparse.Namespace], StateGraph] = lambda args: create_single_agent()
+    single_agent_requests: Callable[[argparse.Namespace], int] = lambda args: 2
 
 
 def _panel_size(params: dict[str, Any]) -> int:
@@ -302,7 +310,9 @@ PROTOCOLS: dict[str, Protocol] = {
                                                        "commander_llm", *_CALIBRATION)),
     "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan,
                       options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "feedback",
-                               "refer_template", "prompt_file", "peer_discussion", *_CALIBRATION)),
+                               "refer_template", "prompt_file", "peer_discussion", *_CALIBRATION),
+                      single_agent=lambda args: create_refer_peer(template=args.refer_template,
+                                                                  prompt_file=args.prompt_file)),
     "single": Protocol("Single-Agent baseline: one referee, ChatEval's single-agent prompt (released code; no "
                        "history, role or referee lines)", _single, paper_positions=True,
                        own_calibration=_faireval_baseline, requests=lambda params: 2,
@@ -311,11 +321,32 @@ PROTOCOLS: dict[str, Protocol] = {
                          _ensemble, paper_positions=True, requests=lambda params: 2 * _panel_size(params),
                          options=(*_PANEL, "ensemble_method", *_CALIBRATION)),
     "geval": Protocol("G-Eval: chain-of-thought form filling, expected score", _form_filling(create_geval),
-                      pairwise=False, requests=_samples_plan, options=_FORM_FILLING),
+                      pairwise=False, requests=_samples_plan, options=_FORM_FILLING,
+                      single_agent=lambda args: _form_filling(create_geval)(args).graph,
+                      single_agent_requests=lambda args: _samples_plan({"samples": args.samples})),
     "analyze-rate": Protocol("Analyze-Rate: G-Eval's prompt with an analysis before the rating",
                              _form_filling(create_analyze_rate), pairwise=False, requests=_samples_plan,
-                             options=_FORM_FILLING),
+                             options=_FORM_FILLING,
+                             single_agent=lambda args: _form_filling(create_analyze_rate)(args).graph,
+                             single_agent_requests=lambda args: _samples_plan({"samples": args.samples})),
 }
+
+# read by every protocol: what happens, after the verdict, to the items the panel is unsure of
+DOUBT_OPTIONS: list[Option] = [
+    option("--escalate-when", nargs="+", action="extend", metavar="CONDITION",
+           help="send an item whose panel is unsure to a stronger judge when any CONDITION holds: SIGNAL<VALUE or "
+                "SIGNAL>VALUE (agreement, spread, margin, sample_spread, missing), flip or missing; e.g. "
+                "agreement<1 margin<1 (jurygraph's own, beyond the papers)"),
+    option("--escalate-to", metavar="SPEC",
+           help="--escalate-when: the stronger model; alone, it judges with the protocol's single-agent prompt "
+                "(with --escalate-protocol, it runs that protocol)"),
+    option("--escalate-protocol", choices=sorted(PROTOCOLS),
+           help="--escalate-when: another protocol judges the item (its paper defaults; the run's models unless "
+                "--escalate-to), e.g. debate"),
+    option("--review-when", nargs="+", action="extend", metavar="CONDITION",
+           help="pause an item for a person's verdict when any CONDITION holds (as --escalate-when); the run ends "
+                "with 'N items await review': answer them with `jurygraph review RUN_DIR`"),
+]
 
 
 def check_options(protocol: str, given: set[str]) -> None:
@@ -346,6 +377,9 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     dests = [group.add_argument(spec.flag, **spec.kwargs).dest for spec in OPTIONS]
     # remembered so a run's manifest can record, and --resume restore, exactly the protocol's options
     parser.set_defaults(protocol_dests=dests)
+    doubt = parser.add_argument_group("doubtful items (every protocol)")
+    for spec in DOUBT_OPTIONS:
+        doubt.add_argument(spec.flag, **spec.kwargs)
 
 
 def _task(args: argparse.Namespace) -> str | None:
@@ -395,10 +429,121 @@ def _calibrated(setup: ProtocolSetup, protocol: Protocol, args: argparse.Namespa
     return calibrate_setup(setup, mode, args)
 
 
+def manifest_args(manifest: dict[str, Any]) -> argparse.Namespace:
+    """The protocol options a run was made with, from its manifest (saved as `eval --resume` reads them)."""
+    saved = dict(manifest.get("cli") or {})
+    saved.update(saved.pop("protocol_args", None) or {})
+    parser = argparse.ArgumentParser()
+    add_protocol_arguments(parser)
+    args = parser.parse_args(["--protocol", str(manifest.get("protocol") or saved.get("protocol") or "chateval")])
+    for key, value in saved.items():
+        setattr(args, key, value)
+    return args
+
+
 def build_protocol(args: argparse.Namespace) -> ProtocolSetup:
     protocol = PROTOCOLS[args.protocol]
     if protocol.paper_positions:
         paper_positions(args)
     setup = protocol.build(args)
     setup.params.setdefault("protocol", args.protocol)
-    return _calibrated(setup, protocol, args)
+    return routed_setup(_calibrated(setup, protocol, args), args)
+
+
+def available_signals(protocol: str, params: dict[str, Any], task: str | None) -> set[str] | None:
+    """The doubt signals a run of ``protocol`` with these parameters gives on ``task`` items (None: task unknown)."""
+    if task is None:
+        return None
+    found = {"missing"}
+    if task == TaskKind.PAIRWISE:
+        found.add("margin")
+        if "bpc" in str(params.get("calibrate") or ""):
+            found.add("flip")
+    panel = (protocol in ("chateval", "ensemble") and _panel_size(params) >= 2) or \
+        (protocol == "refer" and int(params.get("peers") or 3) >= 2)
+    if panel:
+        found.add("spread" if task == TaskKind.SCORE else "agreement")
+    samples = (protocol == "refer" and int(params.get("samples") or 1) >= 2) or \
+        (protocol in ("geval", "analyze-rate") and params.get("estimator") == "samples"
+         and int(params.get("samples") or 20) >= 2)
+    if task == TaskKind.SCORE and samples:
+        found.add("sample_spread")
+    return found
+
+
+def check_doubt_signals(setup: ProtocolSetup, args: argparse.Namespace) -> None:
+    """A doubt condition on a signal this run never gives would never hold: `eval` says so before anything is
+    spent (UsageError naming the condition, what the signal needs and what the run gives)."""
+    protocol = str(setup.params.get("protocol"))
+    found = available_signals(protocol, setup.params, _task(args))
+    if found is None:
+        return
+    for flag in ("escalate_when", "review_when"):
+        for condition in parse_conditions(setup.params.get(flag) or []) if setup.params.get(flag) else []:
+            if condition.signal not in found:
+                raise UsageError(f"--{flag.replace('_', '-')} {condition.text}: {protocol} on {_task(args)} items "
+                                 f"gives no {condition.signal} signal (it needs {SIGNALS[condition.signal].applies}); "
+                                 f"it gives {', '.join(sorted(found))}")
+
+
+def _defaults(args: argparse.Namespace, protocol: str) -> argparse.Namespace:
+    """A protocol's options at their defaults, with the run's data and server: how an escalation protocol runs."""
+    values = {spec.flag.lstrip("-").replace("-", "_"): spec.kwargs.get("default") for spec in OPTIONS}
+    keep = {name: getattr(args, name, None) for name in ("dataset", "task", "base_url")}
+    return argparse.Namespace(**{**values, **keep, "protocol": protocol})
+
+
+def escalation_setup(setup: ProtocolSetup, args: argparse.Namespace) -> ProtocolSetup:
+    """The graph an escalated item runs: ``--escalate-protocol``'s (its defaults), else the protocol's single agent;
+    judged in both orders (or sampled) as the panel was when it is calibrated. ``params`` says what it is."""
+    name = getattr(args, "escalate_protocol", None)
+    if name:
+        escalated = PROTOCOLS[name]
+        task = _task(args)
+        if task == TaskKind.PAIRWISE and not escalated.pairwise:
+            raise UsageError(f"--escalate-protocol {name} rates single texts and cannot judge the pairwise items of "
+                             f"{getattr(args, 'dataset', None) or 'this dataset'}")
+        built = escalated.build(_defaults(args, name))
+        graph, requests = built.graph, escalated.requests(built.params) if escalated.requests else _by_nodes(built)
+        what = {"protocol": name}
+    else:
+        protocol = PROTOCOLS[args.protocol]
+        graph, requests = protocol.single_agent(args), protocol.single_agent_requests(args)
+        what = {"protocol": f"{args.protocol} single agent"}
+    mode = setup.params.get("calibrate")
+    if mode:
+        graph = calibrate(graph, str(mode), k=args.mec_k, temperature=args.mec_temperature)
+        requests *= (int(args.mec_k) if "mec" in str(mode) else 1) * (2 if "bpc" in str(mode) else 1)
+        what["calibrate"] = str(mode)
+    return ProtocolSetup(graph, {}, what, escalation_requests=requests)
+
+
+def routed_setup(setup: ProtocolSetup, args: argparse.Namespace) -> ProtocolSetup:
+    """``--escalate-when`` / ``--escalate-to`` / ``--escalate-protocol`` / ``--review-when``: the doubtful items'
+    routes after the verdict (:func:`~jurygraph.graphs.escalation.route_doubtful`), recorded in ``params``."""
+    escalate_when, review_when = getattr(args, "escalate_when", None), getattr(args, "review_when", None)
+    stronger, other = getattr(args, "escalate_to", None), getattr(args, "escalate_protocol", None)
+    if not (escalate_when or review_when or stronger or other):
+        return setup
+    if (stronger or other) and not escalate_when:
+        raise UsageError("--escalate-to / --escalate-protocol need --escalate-when CONDITION (e.g. agreement<1): "
+                         "which items to escalate")
+    if escalate_when and not (stronger or other):
+        raise UsageError("--escalate-when needs where the items go: --escalate-to SPEC (a stronger model judging "
+                         "alone) or --escalate-protocol NAME (another protocol)")
+    escalate = parse_conditions(escalate_when) if escalate_when else []
+    review = parse_conditions(review_when) if review_when else []
+    params, models, extra = dict(setup.params), dict(setup.models), 0
+    escalation = None
+    if escalate:
+        built = escalation_setup(setup, args)
+        escalation, extra = built.graph, built.escalation_requests
+        params["escalate_when"] = [c.text for c in escalate]
+        params["escalation"] = built.params
+        if stronger:
+            models[ESCALATION] = stronger  # every agent of the escalation (JuryContext.models["escalation"])
+            params["escalate_to"] = ModelSpec.parse(stronger, base_url=getattr(args, "base_url", None)).label
+    if review:
+        params["review_when"] = [c.text for c in review]
+    graph = route_doubtful(setup.graph, escalate_when=escalate, escalation=escalation, review_when=review)
+    return ProtocolSetup(graph, models, params, setup.every_agent_has_a_model, escalation_requests=extra)

@@ -72,15 +72,9 @@ def item_views(run_dir: str, ids: list[str]) -> dict[str, dict[str, Any]]:
 def diagram(manifest: dict[str, Any]) -> tuple[bytes | None, str | None]:
     """The protocol's graph rebuilt from the manifest's options: PNG through Graphviz, else mermaid text."""
     from jurygraph.cli.diagrams import GraphvizMissing, png_bytes, render_graph
-    from jurygraph.cli.protocols import add_protocol_arguments, build_protocol
+    from jurygraph.cli.protocols import build_protocol, manifest_args
 
-    saved = dict(manifest.get("cli") or {})
-    saved.update(saved.pop("protocol_args", None) or {})  # saved nested, as `eval --resume` reads them
-    parser = argparse.ArgumentParser()
-    add_protocol_arguments(parser)
-    args = parser.parse_args(["--protocol", str(manifest.get("protocol") or saved.get("protocol") or "chateval")])
-    for key, value in saved.items():
-        setattr(args, key, value)
+    args = manifest_args(manifest)
     # the protocol itself, as `jurygraph draw` draws it: a calibration only runs it in both orders, which the
     # summary's parameters say (drawn, the wrapper would hide the debate inside one node per order)
     args.calibrate, args.no_calibrate = None, True

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,10 +17,10 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 
 from jurygraph.cli.preflight import UsageError
-from jurygraph.running.checkpoints import serializer
+from jurygraph.judging.state import escalation_transcript, message_data, transcript_data
+from jurygraph.running.checkpoints import NoCheckpoints, open_saver
 from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
 
 # state keys shown in their own sections; any other key a protocol keeps (DEBATE's scores and reviews...) is
@@ -43,16 +42,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     view = item_view(args.item_id, values)
     print(json.dumps(view, indent=2, ensure_ascii=False) if args.json else render(view))
     return 0
-
-
-@contextmanager
-def _read_only_saver(path: Path) -> Iterator[SqliteSaver]:
-    # read-only: looking at a run must never change it (nor create a database where there was none)
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
-    try:
-        yield SqliteSaver(conn, serde=serializer())  # reads compressed and uncompressed checkpoints
-    finally:
-        conn.close()
 
 
 def item_state(run_dir: str | Path, item_id: str, checkpoint: str | None = None) -> dict[str, Any]:
@@ -94,21 +83,11 @@ def item_systems(run_dir: str | Path, item_ids: Iterable[str],
 
 @contextmanager
 def _saver(target: str) -> Iterator[BaseCheckpointSaver[Any]]:
-    if target.startswith(("postgres://", "postgresql://")):
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        with PostgresSaver.from_conn_string(target) as saver:
+    try:
+        with open_saver(target, read_only=True) as saver:  # looking at a run never changes it
             yield saver
-        return
-    if not Path(target).is_file():
-        raise UsageError(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
-    with _read_only_saver(Path(target)) as sqlite_saver:
-        yield sqlite_saver
-
-
-def message_data(message: BaseMessage) -> dict[str, Any]:
-    """A message as plain data: who spoke, its type (system, human, ai) and its text."""
-    return {"speaker": message.name or message.type, "type": message.type, "text": message.text}
+    except NoCheckpoints as err:
+        raise UsageError(str(err)) from None
 
 
 def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -119,14 +98,9 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
         system = next((m for m in history if isinstance(m, SystemMessage)), None)
         if system is not None:
             personas[agent] = system.text
-    transcript = [message_data(m) for m in values.get("transcript") or []]
+    # the panel's words (each calibration run's, or each agent's own), then the stronger judge's after an escalation
+    transcript = [*transcript_data(values), *escalation_transcript(values)]
     runs = values.get("runs") or {}
-    if not transcript:  # a calibration: each run (answer order, MEC sample) has its own transcript
-        transcript = [{**message_data(m), "run": name} for name, run in runs.items()
-                      for m in run.get("transcript") or []]
-    if not transcript:  # protocols that keep no shared transcript: each agent's own words, not what it heard
-        transcript = [message_data(m) for agent, history in (values.get("histories") or {}).items()
-                      for m in history if m.type == "ai" and _spoken_by(m, agent)]
     # LangGraph's own channels (join:..., branch:..., __pregel_...) are wiring, not what the agents did
     extra = {key: value for key, value in values.items()
              if key not in _SHOWN and not key.startswith("__") and ":" not in key}
@@ -137,17 +111,12 @@ def item_view(item_id: str, values: dict[str, Any]) -> dict[str, Any]:
             "human": item.get("human"), "usage": values.get("usage") or {}, "state": _jsonable(extra)}
 
 
-def _spoken_by(message: BaseMessage, agent: str) -> bool:
-    """Whether a message in ``agent``'s history is its own (histories may be namespaced, e.g. ``run/agent``)."""
-    return not message.name or agent == message.name or agent.endswith("/" + message.name)
-
-
 def _jsonable(value: Any) -> Any:
     """Plain JSON; messages kept inside other state (e.g. a calibration's per-order runs) as speaker/text."""
     return json.loads(json.dumps(value, default=lambda o: message_data(o) if isinstance(o, BaseMessage) else str(o)))
 
 
-def _judgment_line(judgment: dict[str, Any]) -> str:
+def judgment_line(judgment: dict[str, Any]) -> str:
     if judgment.get("missing"):
         return f"missing ({judgment.get('reason') or 'unreadable'})"
     keys = ("label", "score_1", "score_2", "score", "answer")
@@ -162,6 +131,24 @@ def _texts(item: dict[str, Any]) -> list[str]:
 
 def _indent(text: str, pad: str = "    ") -> str:
     return text.replace("\n", "\n" + pad)
+
+
+def decision_lines(verdict: dict[str, Any]) -> list[str]:
+    """Who decided, when not the panel: the escalation (what sent it, both verdicts) and the review."""
+    detail = verdict.get("detail") or {}
+    lines = []
+    escalation = detail.get("escalation")
+    if escalation:
+        escalated = escalation.get("escalated") or {}
+        lines.append(f"escalated ({', '.join(escalation.get('triggered_by') or [])}): panel "
+                     f"{judgment_line(escalation.get('panel') or {})}; escalated "
+                     f"{judgment_line(escalated) if escalated else 'none'}; decided by {escalation.get('decided_by')}")
+    review = detail.get("review")
+    if review:
+        note = f": {review['note']}" if review.get("note") else ""
+        lines.append(f"reviewed by {review.get('reviewer')} at {review.get('at')}{note}; the panel said "
+                     f"{judgment_line(review.get('panel_verdict') or {})}")
+    return lines
 
 
 def render(view: dict[str, Any]) -> str:
@@ -179,13 +166,14 @@ def render(view: dict[str, Any]) -> str:
             lines.append(f"  -- {run} --")
         lines.append(f"  [{number}] {turn['speaker']}:\n      {_indent(turn['text'], '      ')}")
     lines.append("\njudgments:")
-    lines += [f"  {agent}: {_judgment_line(j)}" for agent, j in view["judgments"].items()]
+    lines += [f"  {agent}: {judgment_line(j)}" for agent, j in view["judgments"].items()]
     for key, value in view["state"].items():
         lines.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
     verdict = view["verdict"] or {}
-    shown = _judgment_line(verdict) if verdict else "none (the item did not finish)"
+    shown = judgment_line(verdict) if verdict else "none (the item did not finish)"
     method = f" [{verdict['method']}]" if verdict.get("method") else ""
     human = view["human"]
     human_text = ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
     lines.append(f"\nverdict: {shown}{method}    human: {human_text}")
+    lines += decision_lines(verdict)
     return "\n".join(lines)

@@ -78,3 +78,41 @@ def verdict_of(state: dict[str, Any]) -> Verdict | None:
     """The verdict in a graph's state, as an object (None until the aggregator ran)."""
     data = state.get("verdict")
     return Verdict.model_validate(data) if data else None
+
+
+# histories keys under this prefix are an escalation's agents (``graphs.escalation``), not the panel's
+ESCALATION_PREFIX = "escalation/"
+
+
+def message_data(message: BaseMessage) -> dict[str, Any]:
+    """A message as plain data: who spoke, its type (system, human, ai) and its text."""
+    return {"speaker": message.name or message.type, "type": message.type, "text": message.text}
+
+
+def transcript_data(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the panel said about an item, in order, as plain data (``message_data``): the shared transcript; under a
+    calibration each run's (``run`` names it); for protocols that keep no transcript, each agent's own words."""
+    transcript = [message_data(m) for m in values.get("transcript") or []]
+    runs = values.get("runs") or {}
+    if not transcript:
+        transcript = [{**message_data(m), "run": name} for name, run in runs.items()
+                      for m in run.get("transcript") or []]
+    if not transcript:
+        transcript = [message_data(m) for agent, history in (values.get("histories") or {}).items()
+                      if not agent.startswith(ESCALATION_PREFIX)
+                      for m in history if m.type == "ai" and spoken_by(m, agent)]
+    return transcript
+
+
+def escalation_transcript(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the stronger judge of an escalation said: its agents' own words, ``run`` naming the escalation (and the
+    answer order when it judged both)."""
+    # "escalation", or "escalation/swapped_order" when the escalation judged both answer orders
+    return [{**message_data(m), "run": agent.rpartition("/")[0]} for agent, history in
+            (values.get("histories") or {}).items() if agent.startswith(ESCALATION_PREFIX)
+            for m in history if m.type == "ai" and spoken_by(m, agent)]
+
+
+def spoken_by(message: BaseMessage, agent: str) -> bool:
+    """Whether a message in ``agent``'s history is its own (histories may be namespaced, e.g. ``run/agent``)."""
+    return not message.name or agent == message.name or agent.endswith("/" + message.name)

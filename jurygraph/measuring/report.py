@@ -31,12 +31,13 @@ from jurygraph.judging.items import SWAP_LABEL
 from jurygraph.measuring.metaeval import MethodResult, evaluate_records
 from jurygraph.measuring.position import PositionBias, is_reversed, position_table, run_biases
 from jurygraph.measuring.tables import Table, correlation_table, detail_table, label_table
+from jurygraph.running.rundir import AWAITING_REVIEW
 
 # the texts of an item shown above its conversation, in this order
 ITEM_FIELDS = ("question", "source", "context", "fact", "response", "response_1", "response_2", "options")
 # a score verdict "agrees" with a human mean within this many points (the issue names no rule for scores)
 SCORE_TOLERANCE = 1.0
-OUTCOMES = ("agrees", "disagrees", "tie", "missing", "failed", "flipped", "unlabelled", "split")
+OUTCOMES = ("agrees", "disagrees", "tie", "missing", "failed", "awaiting", "flipped", "unlabelled", "split")
 
 
 @dataclass
@@ -79,6 +80,8 @@ def human_value(record: Mapping[str, Any]) -> str | None:
 
 def outcomes(record: Mapping[str, Any]) -> list[str]:
     """The item-browser filters this record falls under (flipped and split are added from other records)."""
+    if record.get("status") == AWAITING_REVIEW:
+        return ["awaiting"]
     if record.get("status", "ok") != "ok":
         return ["failed"]
     value, human = verdict_value(record), human_value(record)
@@ -194,6 +197,8 @@ def conversation(view: Mapping[str, Any] | None, record: Mapping[str, Any], inte
 
 
 def _verdict_line(record: Mapping[str, Any]) -> str:
+    if record.get("status") == AWAITING_REVIEW:
+        return "awaiting review (jurygraph review RUN_DIR)"
     if record.get("status", "ok") != "ok":
         return "failed"
     verdict = record.get("verdict") or {}
@@ -232,7 +237,8 @@ def page_data(runs: Sequence[RunInput]) -> dict[str, Any]:
                 fields = [[name, intern(item[name])] for name in ITEM_FIELDS if item.get(name) not in (None, "", [])]
             tags = outcomes(found) + (["flipped"] if item_id in flipped[k] else []) + \
                 (["split"] if len(values) > 1 else [])
-            cells.append([verdict_value(found) or ("failed" if "failed" in tags else "missing"),
+            shown = "failed" if "failed" in tags else "awaiting review" if "awaiting" in tags else "missing"
+            cells.append([verdict_value(found) or shown,
                           human_value(found) or "", " ".join(tags), conversation(view, found, intern)])
         items.append([item_id, fields, cells])
     return {"strings": intern.table, "runs": [run.name for run in runs], "outcomes": list(OUTCOMES),
@@ -278,7 +284,8 @@ def summary_html(run: RunInput) -> str:
     counts = manifest.get("counts") or {}
     params = {k: v for k, v in (manifest.get("parameters") or {}).items() if v is not None and k != "protocol"}
     records = run.records
-    failed = sum(1 for r in records if r.get("status", "ok") != "ok")
+    failed = sum(1 for r in records if r.get("status", "ok") not in ("ok", AWAITING_REVIEW))
+    waiting = sum(1 for r in records if r.get("status") == AWAITING_REVIEW)
     missing = sum(1 for r in records if "missing" in outcomes(r))
     cost = counts.get("cost_usd")
     facts = [
@@ -286,7 +293,8 @@ def summary_html(run: RunInput) -> str:
         ("parameters", ", ".join(f"{k}={v}" for k, v in params.items()) or "–"),
         ("dataset", f"{(manifest.get('dataset') or {}).get('name') or '–'}"
                     + (" (answers reversed)" if is_reversed(manifest) else "")),
-        ("items", f"{len(records) - failed} done, {failed} failed, {missing} missing verdicts"),
+        ("items", f"{len(records) - failed - waiting} done, {failed} failed, {missing} missing verdicts"
+                  + (f", {waiting} awaiting review" if waiting else "")),
         ("missing judgments", _number(sum(int(r.get("n_missing") or 0) for r in records))),
         ("requests", _number(counts.get("requests"))),
         ("tokens", f"{_number(counts.get('input_tokens'))} in + {_number(counts.get('output_tokens'))} out"),

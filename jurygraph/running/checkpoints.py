@@ -25,7 +25,10 @@ with :func:`serializer` (``SqliteSaver(conn, serde=serializer())``) or through :
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import zlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -94,6 +97,10 @@ def durability(keep: KeepCheckpoints, cache: bool) -> Durability:
     return "exit" if keep == "final" and cache else "async"
 
 
+# a thread's checkpoints and writes older than the one it keeps
+_OLDER = "DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id <> ?"
+
+
 async def keep_final_only(saver: BaseCheckpointSaver, thread_id: str) -> None:
     """Delete a finished thread's checkpoints and writes older than its latest checkpoint.
 
@@ -111,9 +118,7 @@ async def keep_final_only(saver: BaseCheckpointSaver, thread_id: str) -> None:
             await saver.conn.execute("BEGIN")
             try:
                 for table in ("checkpoints", "writes"):
-                    await saver.conn.execute(
-                        f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id <> ?",
-                        (thread_id, keep_id))
+                    await saver.conn.execute(_OLDER.format(table=table), (thread_id, keep_id))
             except BaseException:
                 await saver.conn.execute("ROLLBACK")
                 raise
@@ -121,3 +126,49 @@ async def keep_final_only(saver: BaseCheckpointSaver, thread_id: str) -> None:
         return
     with contextlib.suppress(NotImplementedError):  # BaseCheckpointSaver's default
         await saver.aprune([thread_id], strategy="keep_latest")
+
+
+def keep_final_only_sync(saver: BaseCheckpointSaver, thread_id: str) -> None:
+    """:func:`keep_final_only` for a synchronous saver (``SqliteSaver``; others through LangGraph's ``prune``)."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    if isinstance(saver, SqliteSaver):
+        latest = saver.get_tuple(config)
+        if latest is None:
+            return
+        keep_id = latest.config["configurable"]["checkpoint_id"]
+        with saver.lock, saver.conn:  # one transaction, under the saver's own lock
+            for table in ("checkpoints", "writes"):
+                saver.conn.execute(_OLDER.format(table=table), (thread_id, keep_id))
+        return
+    with contextlib.suppress(NotImplementedError):
+        saver.prune([thread_id], strategy="keep_latest")
+
+
+class NoCheckpoints(FileNotFoundError):
+    """A run's SQLite checkpoint file is not where it should be."""
+
+
+@contextlib.contextmanager
+def open_saver(target: str, *, read_only: bool) -> Iterator[BaseCheckpointSaver[Any]]:
+    """A run's checkpoint store, synchronous: a postgres:// URL, or its SQLite file (compressed checkpoints read
+    through :func:`serializer`). ``read_only``: looking at a run never changes it, nor creates a database where there
+    was none (``show``); otherwise writable (a review finishes items in it). NoCheckpoints when the file is missing."""
+    if target.startswith(("postgres://", "postgresql://")):
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(target) as saver:
+            yield saver
+        return
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = Path(target)
+    if not path.is_file():
+        raise NoCheckpoints(f"{target}: no checkpoint database (pass --checkpoint for a run stored elsewhere)")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False) if read_only \
+        else sqlite3.connect(path, check_same_thread=False)
+    try:
+        yield SqliteSaver(conn, serde=serializer())
+    finally:
+        conn.close()

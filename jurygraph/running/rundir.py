@@ -1,6 +1,7 @@
 """The run directory: its file names, the manifest, the results file and the one-writer lock.
 
-    RUN_DIR/results.jsonl      one JSON line per item, appended and synced as each item finishes
+    RUN_DIR/results.jsonl      one JSON line per item, appended and synced as each item finishes (or pauses for a
+                               review: status "awaiting_review", replaced by its reviewed line)
     RUN_DIR/manifest.json      what defines the run (protocol, models, dataset, options) and its invocations
     RUN_DIR/checkpoints.sqlite one LangGraph thread per item (thread_id = item id)
     RUN_DIR/llm_cache.sqlite   every answered model call
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 RESULTS = "results.jsonl"
+# a results line's status: "ok", "failed", or waiting for a person's verdict (a review node's interrupt())
+AWAITING_REVIEW = "awaiting_review"
 MANIFEST = "manifest.json"
 CHECKPOINTS = "checkpoints.sqlite"
 CACHE = "llm_cache.sqlite"
@@ -63,6 +66,26 @@ def write_manifest(out_dir: str | Path, data: Mapping[str, Any]) -> None:
     tmp = out / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, out / MANIFEST)
+
+
+def replace_result(out_dir: str | Path, record: dict[str, Any]) -> None:
+    """Put ``record`` in place of its item's line (appended when the item has none), rewriting results.jsonl
+    atomically: a crash leaves the old file or the new one. For the holder of the run's lock (a review)."""
+    path = Path(out_dir) / RESULTS
+    tmp = path.with_suffix(".jsonl.tmp")
+    placed = False
+    with tmp.open("w", encoding="utf-8") as handle:
+        for old in iter_results(out_dir):
+            if old.get("id") == record["id"]:
+                if placed:
+                    continue
+                old, placed = record, True
+            handle.write(json.dumps(old, ensure_ascii=False) + "\n")
+        if not placed:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 class ResultsFile:

@@ -38,6 +38,7 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Durability, StateSnapshot
 
+from jurygraph.judging.doubt import decided_by, doubt_signals
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import add_usage
 from jurygraph.llm.cache import LLMCache
@@ -48,6 +49,7 @@ from jurygraph.llm.redact import redact_text, redact_url
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.datasets import repeated
 from jurygraph.running.rundir import (
+    AWAITING_REVIEW,
     CACHE,
     CHECKPOINTS,
     MANIFEST,
@@ -89,12 +91,15 @@ class RunSummary:
     cost_usd: float | None = None
     seconds: float = 0.0
     interrupted: bool = False
+    awaiting_review: int = 0  # items paused by a review node (interrupt()): neither done nor failed
     failures: dict[str, str] = field(default_factory=dict)
+    awaiting: list[str] = field(default_factory=list)  # their ids
 
     def line(self) -> str:
         cost = f", ~${self.cost_usd:.4f}" if self.cost_usd else ""
         attempts = f" ({self.attempts} attempts)" if self.attempts > self.requests else ""
-        return (f"{self.done} done, {self.failed} failed, {self.skipped} already done, "
+        waiting = f", {self.awaiting_review} await review" if self.awaiting_review else ""
+        return (f"{self.done} done, {self.failed} failed{waiting}, {self.skipped} already done, "
                 f"{self.missing_verdicts} missing verdicts, {self.missing_judgments} missing judgments; "
                 f"{self.requests} requests{attempts}, {self.input_tokens}+{self.output_tokens} tokens{cost}; "
                 f"{self.seconds:.1f}s -> {self.out_dir}")
@@ -138,7 +143,8 @@ async def open_checkpointer(target: str | Path) -> AsyncIterator[BaseCheckpointS
         await conn.close()
 
 
-def _record(item: EvalItem, values: Mapping[str, Any], status: str, error: str | None = None) -> dict[str, Any]:
+def item_record(item: EvalItem, values: Mapping[str, Any], status: str, error: str | None = None) -> dict[str, Any]:
+    """An item's results line from its graph state: the item's fields, verdict, judgments, usage, doubt signals."""
     judgments = values.get("judgments") or {}
     verdict = values.get("verdict")
     record: dict[str, Any] = {
@@ -151,6 +157,10 @@ def _record(item: EvalItem, values: Mapping[str, Any], status: str, error: str |
         # same-family warning read, without opening checkpoints (a Postgres run's, or deleted ones)
         "systems": item.systems,
     }
+    if verdict:  # how unsure the panel was, and who decided when a stronger judge or a person did
+        record["doubt"] = doubt_signals(values)
+        if {"escalation", "review"} & set(verdict.get("detail") or {}):
+            record["decided_by"] = decided_by(verdict)
     if error:
         record["error"] = error
     return {k: v for k, v in record.items() if v is not None}
@@ -248,6 +258,7 @@ class _Run:
         self.usage: dict[str, dict[str, Any]] = {}  # agent -> requests and tokens of this invocation's items
         self.generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
         self.aborted: list[RunAborted] = []
+        self.still_waiting: set[str] = set()  # items a previous invocation paused for review, left as they were
         self.protocol = str(self.manifest_given.get("protocol") or "")
         self.traced = _tracing()
 
@@ -356,11 +367,14 @@ class _Run:
         if self.traced:  # LangGraph copies a run's metadata into every checkpoint: only when a trace needs it
             config.update(trace_config(item.id, self.protocol, self.out.name))
         snapshot = _NO_STATE if fresh else await app.aget_state(config)
+        if snapshot.interrupts:  # waiting for a person (`jurygraph review`): nothing to run, nothing to pay
+            self.still_waiting.add(item.id)  # its usage was paid (and counted) by the invocation that paused it
+            return item_record(item, snapshot.values, AWAITING_REVIEW)
         try:
             # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
             # leaves next == () with the finished task still pending; it must be resumed, not restarted
             if snapshot.values and not snapshot.tasks and snapshot.values.get("verdict") is not None:
-                return _record(item, snapshot.values, "ok")
+                return item_record(item, snapshot.values, "ok")
             # a thread with pending steps continues from its last checkpoint; otherwise a fresh start
             # the item goes in as plain data, so checkpoints never hold our classes
             graph_input = None if snapshot.values and snapshot.tasks else {
@@ -371,13 +385,13 @@ class _Run:
                 values = await _streamed(app, graph_input, config, self.context, item.id, self.on_token, self.mode)
             if self.keep_checkpoints == "final" and self.mode != "exit":
                 await keep_final_only(app.checkpointer, item.id)
-            return _record(item, values, "ok")
+            return item_record(item, values, AWAITING_REVIEW if values.get("__interrupt__") else "ok")
         except Exception as err:
             fatal = _fatal(err)
             if fatal is not None:
                 raise fatal from err
             state = await app.aget_state(config)
-            return _record(item, state.values or {}, "failed", redact_text(f"{type(err).__name__}: {err}"))
+            return item_record(item, state.values or {}, "failed", redact_text(f"{type(err).__name__}: {err}"))
 
     def tally(self, record: dict[str, Any]) -> None:
         """Count a finished item: outcome, usage (summed by ``add_usage``, the one place usage is summed)."""
@@ -386,14 +400,18 @@ class _Run:
             summary.done += 1
             verdict = record.get("verdict") or {}
             summary.missing_verdicts += 1 if not verdict or verdict.get("missing") else 0
+        elif record["status"] == AWAITING_REVIEW:
+            summary.awaiting_review += 1
+            summary.awaiting.append(record["id"])
         else:
             summary.failed += 1
             summary.failures[record["id"]] = record.get("error", "")
         summary.missing_judgments += int(record.get("n_missing", 0))
+        usage = {} if record["id"] in self.still_waiting else record.get("usage") or {}
         self.usage = add_usage(self.usage, {
             agent: {"role": entry.get("role"), "model": entry.get("model"),
                     **{key: int(entry.get(key, 0)) for key in COUNTED}}
-            for agent, entry in (record.get("usage") or {}).items()})
+            for agent, entry in usage.items()})
         summary.requests, summary.input_tokens, summary.output_tokens = _counted(self.usage.values())
         _note_generation(self.generation, record)
         if self.on_result:
@@ -417,7 +435,9 @@ class _Run:
             self.llm_cache.close()
         self.manifest.update(
             ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
-            counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir")},
+            counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir", "awaiting")},
+            # the items a person has to decide (`jurygraph review RUN_DIR`); they keep their checkpoints
+            awaiting_review=sorted(summary.awaiting),
             usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
             attempts_by_model={label: n for label, n in attempts.items() if n > 0},
         )
