@@ -41,7 +41,7 @@ from langgraph.types import Durability, StateSnapshot
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import add_usage
 from jurygraph.llm.cache import LLMCache
-from jurygraph.llm.calls import ProviderUnavailable
+from jurygraph.llm.calls import BATCH_COUNTS, ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
@@ -388,8 +388,7 @@ class _Run:
             summary.failures[record["id"]] = record.get("error", "")
         summary.missing_judgments += int(record.get("n_missing", 0))
         self.usage = add_usage(self.usage, {
-            agent: {"role": entry.get("role"), "model": entry.get("model"),
-                    **{key: int(entry.get(key, 0)) for key in COUNTED}}
+            agent: {"role": entry.get("role"), "model": entry.get("model"), **_counts(entry)}
             for agent, entry in (record.get("usage") or {}).items()})
         summary.requests, summary.input_tokens, summary.output_tokens = _counted(self.usage.values())
         _note_generation(self.generation, record)
@@ -493,10 +492,15 @@ def _counted(entries: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
     return tuple(sum(int(entry.get(key, 0)) for entry in rows) for key in COUNTED)
 
 
+def _counts(entry: Mapping[str, Any]) -> dict[str, int]:
+    """A usage entry's counts: requests and tokens, and the batch part of them when there is one."""
+    return {key: int(entry.get(key, 0)) for key in (*COUNTED, *BATCH_COUNTS) if key in COUNTED or key in entry}
+
+
 def _by_model(usage: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
     totals: dict[str, dict[str, int]] = {}
     for entry in usage.values():
-        totals = add_usage(totals, {str(entry.get("model")): {key: int(entry.get(key, 0)) for key in COUNTED}})
+        totals = add_usage(totals, {str(entry.get("model")): _counts(entry)})
     return totals
 
 
