@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from jurygraph.cli import costs
 from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import add_protocol_arguments, build_protocol, check_options, check_task
@@ -27,7 +28,7 @@ from jurygraph.running.runner import RunAborted, RunSummary, run
 # manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
 # resume restores it from the manifest and refuses a different value.
 EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
-                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes")
+                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes", *costs.COST_EXECUTION_ONLY)
 # parser bookkeeping and the run directory itself, never saved as settings
 NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
 # a plan above this many requests per item asks for --yes
@@ -65,6 +66,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     runopts.add_argument("--quiet", action="store_true", help="no progress bar")
     runopts.add_argument("--yes", action="store_true",
                          help=f"run a plan of more than {REQUESTS_PER_ITEM_LIMIT} requests per item without asking")
+    costs.add_cost_arguments(parser)
 
 
 
@@ -143,6 +145,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
     validate_numbers(args, args.protocol_dests)
     check_options(args.protocol, explicit_dests(args.argv))
+    costs.check_cost_options(args, explicit_dests(args.argv))
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
@@ -165,6 +168,9 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
                          "(a smoke-test model: its ratings carry no signal)")
+    prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
+    if args.dry_run:
+        return _dry_run(args, setup, context, items, prices, dataset_name=str(args.dataset))
     per_item = setup.requests_per_item()
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
@@ -187,7 +193,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
         "invocations": [*previous.get("invocations", []), invocation],
     }
-    prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
+    if not args.quiet:
+        costs.print_pre_run_line(setup, context, items, len(items), prices)
     try:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
@@ -204,6 +211,26 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return stop.exit_code
     _print_summary(summary, out)
     return 1 if summary.failed else 0
+
+
+def _dry_run(args: argparse.Namespace, setup: Any, context: JuryContext, items: Any, prices: Any, *,
+             dataset_name: str) -> int:
+    """``--dry-run``: the estimate; on ``--resume`` of the items still to do, the run's cached calls free."""
+    if not args.resume:
+        return costs.dry_run(args, setup, context, items, len(items), prices, dataset=dataset_name)
+    from jurygraph.llm.cache import LLMCache
+    from jurygraph.running.rundir import CACHE
+
+    done = {record["id"] for record in iter_results(args.resume) if record.get("status") == "ok"}
+    todo = [item for item in items if item.id not in done]
+    path = Path(args.cache) if args.cache else Path(args.resume) / CACHE
+    cache = LLMCache(path) if path.exists() and not args.no_cache else None
+    try:
+        return costs.dry_run(args, setup, context, todo, len(todo), prices, dataset=dataset_name, cache=cache,
+                       skipped=len(items) - len(todo))
+    finally:
+        if cache is not None:
+            cache.close()
 
 
 def _params_line(params: dict[str, Any]) -> str:

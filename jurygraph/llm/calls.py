@@ -85,10 +85,12 @@ class PendingCall:
 @dataclass(frozen=True)
 class Answer:
     """A reply source's answer: what the provider call would have returned (an AIMessage, ``(raw, parsed)`` for
-    a structured call, the list of samples), and whether it was paid at batch prices."""
+    a structured call, the list of samples), whether it was paid at batch prices, and whether it may be cached
+    (a provider's reply is; the dry run's synthetic one never)."""
 
     out: Any
     batch: bool = False
+    cache: bool = True
 
 
 class ReplySource(Protocol):
@@ -366,7 +368,7 @@ def _answered(ctx: JuryContext, call: PendingCall, usage: dict[str, dict[str, An
     if answer is None:
         return None
     _account(usage, call.request, call.resolved, answer.out, ctx, batch=answer.batch)
-    if call.key and ctx.cache:
+    if call.key and ctx.cache and answer.cache:
         ctx.cache.put(call.key, _encode(call.kind, answer.out))
     return answer.out
 
