@@ -16,6 +16,7 @@ from jurygraph.judging.items import EvalItem
 from jurygraph.llm.limits import ANY_PROVIDER, parse_limits
 from jurygraph.llm.models import JuryContext
 from jurygraph.llm.pricing import prices_line
+from jurygraph.running.budget import RESERVE_MARGIN, Budget, Spend
 from jurygraph.running.estimate import (
     COUNTS,
     DEFAULT_SAMPLE,
@@ -97,11 +98,15 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
     return 0
 
 
-def pre_run_line(setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem], total: int,
-                 prices: Mapping[str, Any] | None) -> str:
-    """The one line ``eval`` prints before it starts: the first few items rendered, scaled; never a download."""
+def pre_run_estimate(setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem], total: int,
+                     prices: Mapping[str, Any] | None) -> tuple[Estimate, str]:
+    """The estimate ``eval`` makes before it starts, from the first few items (never a download), and its line."""
     head = (item for _, item in zip(range(PRE_RUN_SAMPLE), items, strict=False))
     result = estimate_run(setup, head, min(total, PRE_RUN_SAMPLE), context, prices, sample=None, download=False)
+    return result, _line(result, total)
+
+
+def _line(result: Estimate, total: int) -> str:
     scale = total / result.rendered if result.rendered else 0.0
     requests = _shown(result.total("requests", "fewest") * scale, result.total("requests") * scale)
     tokens = _shown(_tokens(result, "fewest") * scale, _tokens(result, "most") * scale)
@@ -246,9 +251,30 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def print_pre_run_line(setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem], total: int,
-                       prices: Mapping[str, Any] | None) -> None:
+def before_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem],
+               total: int, prices: Mapping[str, Any] | None) -> Budget | None:
+    """What ``eval`` does before it starts: print the one-line estimate (unless ``--quiet``) and, with
+    ``--max-cost``/``--max-total-tokens``, the budget, whose per-item reserve comes from that estimate."""
+    from jurygraph.cli.preflight import UsageError
+
+    wants_budget = args.max_cost is not None or args.max_total_tokens is not None
+    if args.quiet and not wants_budget:
+        return None
     try:
-        print(f"jurygraph: {pre_run_line(setup, context, items, total, prices)}", file=sys.stderr)
-    except Exception as err:  # an estimate that cannot be made never stops a run
-        print(f"jurygraph: no estimate ({type(err).__name__}: {err})", file=sys.stderr)
+        result, line = pre_run_estimate(setup, context, items, total, prices)
+    except Exception as err:  # an estimate that cannot be made never stops a run; a budget then reserves nothing
+        result, line = None, f"no estimate ({type(err).__name__}: {err})"
+    if not args.quiet:
+        print(f"jurygraph: {line}", file=sys.stderr)
+    if not wants_budget:
+        return None
+    if args.max_cost is not None and result is not None and result.cost() is None:
+        raise UsageError("--max-cost: no model of this run has a price (a model at your own --base-url is priced "
+                         "only by --prices FILE); give --prices, or a budget in tokens: --max-total-tokens N")
+    reserve = None
+    if result is not None and result.item_most:
+        most = result.item_most
+        cost = most["cost_usd_batch"] if args.batch else most["cost_usd"]
+        reserve = Spend(round(most["requests"]), round(most["input_tokens"]), round(most["output_tokens"]),
+                        cost).scaled(RESERVE_MARGIN)
+    return Budget(args.max_cost, args.max_total_tokens, reserve)

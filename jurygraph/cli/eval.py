@@ -193,13 +193,12 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
         "invocations": [*previous.get("invocations", []), invocation],
     }
-    if not args.quiet:
-        costs.print_pre_run_line(setup, context, items, len(items), prices)
+    budget = costs.before_run(args, setup, context, items, len(items), prices)
     try:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
                       resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
-                      manifest=manifest, prices=prices)
+                      manifest=manifest, prices=prices, budget=budget)
     except KeyboardInterrupt as stop:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130

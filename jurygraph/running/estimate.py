@@ -219,6 +219,9 @@ class Estimate:
     assumed_reply_tokens: dict[str, int]
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    # the most one rendered item costs (its longest loop): requests, input/output tokens, USD at list and batch
+    # prices (what the budget reserves for an item in flight)
+    item_most: dict[str, float] = field(default_factory=dict)
 
     @property
     def scaled(self) -> bool:
@@ -289,7 +292,23 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
             model.fewest = dict(model.most)
     assumed = {agent: reply_tokens for source in sources.values() for agent in sorted(source.assumed)}
     return Estimate(count, rendered, models, bounded and _differs(models), assumed, failed,
-                    time.monotonic() - started)
+                    time.monotonic() - started, _item_most(per_item[MOST.name], models))
+
+
+def _item_most(usages: list[dict[str, dict[str, Any]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:
+    most: dict[str, float] = {}
+    for usage in usages:
+        costs = {key: 0.0 for key in (*COUNTS, "cost_usd", "cost_usd_batch")}
+        for label, counts in _by_model(usage).items():
+            for key in COUNTS:
+                costs[key] += counts.get(key, 0)
+            price = models[label].price if label in models else None
+            if price is not None:
+                for prefix, key in (("", "cost_usd"), ("batch_", "cost_usd_batch")):
+                    costs[key] += (counts.get("input_tokens", 0) * price[f"{prefix}input"]
+                                   + counts.get("output_tokens", 0) * price[f"{prefix}output"]) / 1e6
+        most = {key: max(value, most.get(key, 0.0)) for key, value in costs.items()}
+    return most
 
 
 def _differs(models: Mapping[str, ModelEstimate]) -> bool:

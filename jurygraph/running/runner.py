@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import errno
+import functools
 import platform
 import signal
 import sqlite3
@@ -45,6 +46,7 @@ from jurygraph.llm.calls import BATCH_COUNTS, ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
+from jurygraph.running.budget import Budget, SpendMeter
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.datasets import repeated
 from jurygraph.running.rundir import (
@@ -61,6 +63,7 @@ from jurygraph.running.rundir import (
 __all__ = ["RunAborted", "RunSummary", "arun", "run"]
 
 DUPLICATE_IDS = "item ids must be unique within a run"
+EXIT_BUDGET = 3  # the run stopped at its budget: --resume with a higher one continues
 
 
 class RunAborted(RuntimeError):
@@ -179,6 +182,7 @@ async def arun(
     prices: Mapping[str, Any] | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     on_token: Callable[[str, str, str], None] | None = None,
+    budget: Budget | None = None,
 ) -> RunSummary:
     """Judge every item with ``graph`` and write the run directory; returns the summary.
 
@@ -189,6 +193,8 @@ async def arun(
     write per item when the LLM cache is on), ``"all"`` every step's (time travel); see
     :mod:`jurygraph.running.checkpoints`.
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
+    ``budget``: stop starting items before the run's spend (``RUN_DIR/spend.json``, every invocation's) would
+    pass it (:mod:`jurygraph.running.budget`); the run then ends with :class:`RunAborted` (exit code 3).
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
     """
@@ -202,7 +208,8 @@ async def arun(
         return await _arun_locked(graph, items, out, context=context, concurrency=concurrency,
                                   checkpoint=checkpoint, cache=cache, resume=resume,
                                   keep_checkpoints=keep_checkpoints, progress=progress,
-                                  manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
+                                  manifest=manifest, prices=prices, on_result=on_result, on_token=on_token,
+                                  budget=budget)
 
 
 async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], out: Path, *,
@@ -230,7 +237,7 @@ class _Run:
                  checkpoint: str | None, cache: bool | str | Path, resume: bool, keep_checkpoints: KeepCheckpoints,
                  progress: bool, manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
                  on_result: Callable[[dict[str, Any]], None] | None,
-                 on_token: Callable[[str, str, str], None] | None) -> None:
+                 on_token: Callable[[str, str, str], None] | None, budget: Budget | None = None) -> None:
         self.out, self.concurrency, self.checkpoint = out, concurrency, checkpoint
         # the items are pulled one at a time as workers free up (a streamed dataset is never held whole); the
         # total is known when the source has a length (a list, a Dataset)
@@ -247,6 +254,8 @@ class _Run:
         self.aborted: list[RunAborted] = []
         self.protocol = str(self.manifest_given.get("protocol") or "")
         self.traced = _tracing()
+        self.budget, self.stopped = budget, ""  # stopped: "budget" once the budget stopped starting items
+        self.item_finished = asyncio.Event()  # set (and replaced) as each item finishes: the budget's waiters
 
     def start(self) -> None:
         """What a resumed run keeps, the call cache, the manifest's start and the results file."""
@@ -260,6 +269,7 @@ class _Run:
             self.llm_cache = LLMCache(out / CACHE if self.cache is True else Path(self.cache))
             self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
         self.summary = RunSummary(out_dir=str(out))
+        self.meter = SpendMeter(out, self.prices)
         self.manifest: dict[str, Any] = {
             **self.manifest_given, "started": datetime.now(UTC).isoformat(), "versions": _versions(),
             "concurrency": self.concurrency, "items": self.total,
@@ -325,7 +335,7 @@ class _Run:
                 self.bar.close()
 
     async def _worker(self, app: Any, fresh: bool) -> None:
-        while not self.aborted:
+        while not self.aborted and not self.stopped:
             try:
                 item = self.next_item()
             except RunAborted as stop:
@@ -335,6 +345,8 @@ class _Run:
                 self.aborted.append(RunAborted(f"reading the items: {err}", exit_code=2))
                 return
             if item is None:
+                return
+            if not await self.admitted(item):
                 return
             try:
                 record = await self.judge(app, item, fresh)
@@ -347,9 +359,23 @@ class _Run:
                 return
             self.tally(record)
 
+    async def admitted(self, item: EvalItem) -> bool:
+        """Whether the budget lets this item start (it then counts as in flight). While items in flight hold
+        reserves that keep it out, it waits for one to finish (its actual spend replaces its reserve); when none
+        is left in flight and it still does not fit, the run stops starting items (this one stays pending)."""
+        while self.budget is not None and not self.budget.admits(self.meter):
+            if self.stopped or not self.meter.in_flight:
+                self.stopped = "budget"
+                return False
+            await self.item_finished.wait()
+        self.meter.started(item.id)
+        return True
+
     async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
         """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
         config: RunnableConfig = {"configurable": {"thread_id": item.id}}
+        # every paid call counts against the run's spend as it is paid, and against this item's reserve
+        context = dataclasses.replace(self.context, on_usage=functools.partial(self.meter.paid, item.id))
         if self.traced:  # LangGraph copies a run's metadata into every checkpoint: only when a trace needs it
             config.update(trace_config(item.id, self.protocol, self.out.name))
         snapshot = _NO_STATE if fresh else await app.aget_state(config)
@@ -363,9 +389,9 @@ class _Run:
             graph_input = None if snapshot.values and snapshot.tasks else {
                 "item": item.model_dump(mode="json", exclude_none=True)}
             if self.on_token is None:
-                values = await app.ainvoke(graph_input, config, context=self.context, durability=self.mode)
+                values = await app.ainvoke(graph_input, config, context=context, durability=self.mode)
             else:
-                values = await _streamed(app, graph_input, config, self.context, item.id, self.on_token, self.mode)
+                values = await _streamed(app, graph_input, config, context, item.id, self.on_token, self.mode)
             if self.keep_checkpoints == "final" and self.mode != "exit":
                 await keep_final_only(app.checkpointer, item.id)
             return _record(item, values, "ok")
@@ -387,6 +413,11 @@ class _Run:
             summary.failed += 1
             summary.failures[record["id"]] = record.get("error", "")
         summary.missing_judgments += int(record.get("n_missing", 0))
+        spent = self.meter.finished(record["id"])
+        if self.budget is not None:
+            self.budget.note(spent)
+            self.item_finished.set()
+            self.item_finished = asyncio.Event()
         self.usage = add_usage(self.usage, {
             agent: {"role": entry.get("role"), "model": entry.get("model"), **_counts(entry)}
             for agent, entry in (record.get("usage") or {}).items()})
@@ -417,6 +448,13 @@ class _Run:
             usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
             attempts_by_model={label: n for label, n in attempts.items() if n > 0},
         )
+        self.meter.save()
+        self.manifest["spend"] = self.meter.total.as_json()  # the whole run's, every invocation's
+        if self.budget is not None:
+            self.manifest["budget"] = self.budget.as_json()
+        self.manifest["stopped"] = self.stopped or None
+        if self.budget is not None and self.stopped == "budget" and not self.aborted:
+            self.aborted.append(RunAborted(self.budget.describe(self.meter), exit_code=EXIT_BUDGET))
         if self.aborted:
             self.manifest["aborted"] = str(self.aborted[0])
         try:
