@@ -16,6 +16,7 @@ from jurygraph.judging.items import EvalItem
 from jurygraph.llm.limits import ANY_PROVIDER, parse_limits
 from jurygraph.llm.models import JuryContext
 from jurygraph.llm.pricing import prices_line
+from jurygraph.running.batch import BatchOptions
 from jurygraph.running.budget import RESERVE_MARGIN, Budget, Spend
 from jurygraph.running.estimate import (
     COUNTS,
@@ -76,6 +77,11 @@ def check_cost_options(args: argparse.Namespace, given: set[str]) -> None:
     if args.batch and (args.no_cache or getattr(args, "checkpoint", None) == ""):
         raise UsageError("--batch needs the LLM cache (it is where a batch's replies wait for their items): "
                          "drop --no-cache")
+
+
+def batch_options(args: argparse.Namespace) -> BatchOptions | None:
+    """``--batch``, ``--batch-poll``, ``--batch-fallback`` as the runner's options (None: online)."""
+    return BatchOptions(poll_seconds=args.batch_poll, fallback=args.batch_fallback) if args.batch else None
 
 
 def estimate_run(setup: ProtocolSetup, items: Iterable[EvalItem], total: int, context: JuryContext,

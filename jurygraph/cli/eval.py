@@ -198,7 +198,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
                       resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
-                      manifest=manifest, prices=prices, budget=budget)
+                      manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args))
     except KeyboardInterrupt as stop:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130

@@ -84,6 +84,35 @@ def write_spend(out_dir: str | Path, data: Mapping[str, Any]) -> None:
     _replace_json(Path(out_dir) / SPEND, data)
 
 
+def read_batch_events(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The batch ledger of a --batch run, oldest first (a torn last line from a crash is ignored)."""
+    path = Path(out_dir) / BATCHES
+    if not path.exists():
+        return []
+    events = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            with contextlib.suppress(json.JSONDecodeError):
+                events.append(json.loads(line))
+    return events
+
+
+def append_batch_event(out_dir: str | Path, event: Mapping[str, Any]) -> None:
+    """Add one event to the batch ledger, synced before returning: a batch id is on disk before anything else
+    happens, so a process killed a moment later never submits the same calls again."""
+    with (Path(out_dir) / BATCHES).open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(event, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def batch_file(out_dir: str | Path, round_number: int, part: int) -> Path:
+    """Where a round's batch file (its requests, one JSON line each) is written before it is uploaded."""
+    folder = Path(out_dir) / BATCH_FILES
+    folder.mkdir(exist_ok=True)
+    return folder / f"round-{round_number:03d}-{part}.jsonl"
+
+
 def _replace_json(path: Path, data: Mapping[str, Any], indent: int | None = None) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=indent, ensure_ascii=False), encoding="utf-8")

@@ -46,6 +46,7 @@ from jurygraph.llm.calls import BATCH_COUNTS, ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
+from jurygraph.running.batch import BatchOptions, BatchRounds
 from jurygraph.running.budget import Budget, SpendMeter
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.datasets import repeated
@@ -183,6 +184,7 @@ async def arun(
     on_result: Callable[[dict[str, Any]], None] | None = None,
     on_token: Callable[[str, str, str], None] | None = None,
     budget: Budget | None = None,
+    batch: BatchOptions | None = None,
 ) -> RunSummary:
     """Judge every item with ``graph`` and write the run directory; returns the summary.
 
@@ -195,6 +197,7 @@ async def arun(
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
     ``budget``: stop starting items before the run's spend (``RUN_DIR/spend.json``, every invocation's) would
     pass it (:mod:`jurygraph.running.budget`); the run then ends with :class:`RunAborted` (exit code 3).
+    ``batch``: send the calls through the provider's Batch API, in rounds (:mod:`jurygraph.running.batch`).
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
     """
@@ -209,7 +212,7 @@ async def arun(
                                   checkpoint=checkpoint, cache=cache, resume=resume,
                                   keep_checkpoints=keep_checkpoints, progress=progress,
                                   manifest=manifest, prices=prices, on_result=on_result, on_token=on_token,
-                                  budget=budget)
+                                  budget=budget, batch=batch)
 
 
 async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], out: Path, *,
@@ -237,7 +240,8 @@ class _Run:
                  checkpoint: str | None, cache: bool | str | Path, resume: bool, keep_checkpoints: KeepCheckpoints,
                  progress: bool, manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
                  on_result: Callable[[dict[str, Any]], None] | None,
-                 on_token: Callable[[str, str, str], None] | None, budget: Budget | None = None) -> None:
+                 on_token: Callable[[str, str, str], None] | None, budget: Budget | None = None,
+                 batch: BatchOptions | None = None) -> None:
         self.out, self.concurrency, self.checkpoint = out, concurrency, checkpoint
         # the items are pulled one at a time as workers free up (a streamed dataset is never held whole); the
         # total is known when the source has a length (a list, a Dataset)
@@ -255,6 +259,7 @@ class _Run:
         self.protocol = str(self.manifest_given.get("protocol") or "")
         self.traced = _tracing()
         self.budget, self.stopped = budget, ""  # stopped: "budget" once the budget stopped starting items
+        self.batch = batch
         self.item_finished = asyncio.Event()  # set (and replaced) as each item finishes: the budget's waiters
 
     def start(self) -> None:
@@ -308,6 +313,10 @@ class _Run:
 
     async def judge_all(self, app: Any) -> None:
         """Judge the items still to do, ``concurrency`` at a time; the first fatal error cancels the others."""
+        if self.batch is not None:  # --batch: the same items in rounds of provider batches
+            rounds = BatchRounds(self, self.batch, record=_record, fatal=_fatal, trace=trace_config, stop=RunAborted)
+            await rounds.judge_all(app)
+            return
         # a store that held no thread when the run began has none of this run's items but those it starts
         # itself: reading each item's state first (~4 database round trips through aiosqlite's thread)
         # would find nothing
@@ -359,12 +368,13 @@ class _Run:
                 return
             self.tally(record)
 
-    async def admitted(self, item: EvalItem) -> bool:
+    async def admitted(self, item: EvalItem, wait: bool = True) -> bool:
         """Whether the budget lets this item start (it then counts as in flight). While items in flight hold
         reserves that keep it out, it waits for one to finish (its actual spend replaces its reserve); when none
-        is left in flight and it still does not fit, the run stops starting items (this one stays pending)."""
+        is left in flight (or ``wait`` is off: a batch run admits before its first round) and it still does not
+        fit, the run stops starting items (this one stays pending)."""
         while self.budget is not None and not self.budget.admits(self.meter):
-            if self.stopped or not self.meter.in_flight:
+            if self.stopped or not self.meter.in_flight or not wait:
                 self.stopped = "budget"
                 return False
             await self.item_finished.wait()

@@ -176,6 +176,14 @@ class FakeServer(LocalServer):
         """The chunks of a streamed answer when the request asks to stream, else None (a plain JSON answer)."""
         return None
 
+    def _post_other(self, path: str, content_type: str, raw: bytes) -> tuple[int, bytes, str] | None:
+        """A POST that is not a model request (an upload, a batch): (status, body, content type), else None."""
+        return None
+
+    def _get(self, path: str) -> tuple[int, bytes, str] | None:
+        """A GET (a file's content, a batch's status): (status, body, content type), else None (404)."""
+        return None
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -200,9 +208,29 @@ class FakeServer(LocalServer):
             def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(body).encode(), headers)
 
+            def _other(self, answer: tuple[int, bytes, str]) -> None:
+                status, body, content_type = answer
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                answer = server._get(self.path)
+                if answer is None:
+                    self._json(404, server._error(404, f"no endpoint {self.path}"))
+                else:
+                    self._other(answer)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
-                request = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                other = server._post_other(self.path, self.headers.get("Content-Type", ""), raw)
+                if other is not None:
+                    self._other(other)
+                    return
+                request = json.loads(raw or b"{}")
                 model = server._model_of(self.path)
                 if model is None:
                     self._json(404, server._error(404, f"no endpoint {self.path}"))
@@ -258,10 +286,24 @@ class FakeServer(LocalServer):
 
 
 class FakeOpenAIServer(FakeServer):
-    """``POST /v1/chat/completions``: ``n`` choices, logprobs, usage (:func:`prompt_tokens`, :func:`count_tokens`)."""
+    """``POST /v1/chat/completions``: ``n`` choices, logprobs, usage (:func:`prompt_tokens`, :func:`count_tokens`);
+    and the Files and Batches endpoints (``batches``: :class:`~jurygraph.testing.fake_batches.FakeBatchAPI`),
+    whose lines the same responder answers."""
 
     name = "fake-openai"
     refusals: ClassVar[dict[str, dict[str, Any]]] = _REFUSALS
+
+    def __init__(self, responder: Responder | None = None, **kwargs: Any) -> None:
+        from jurygraph.testing.fake_batches import FakeBatchAPI
+
+        super().__init__(responder, **kwargs)
+        self.batches = FakeBatchAPI(lambda body: self._completion(body, ""))
+
+    def _post_other(self, path: str, content_type: str, raw: bytes) -> tuple[int, bytes, str] | None:
+        return self.batches.post(path, content_type, raw) if "/files" in path or "/batches" in path else None
+
+    def _get(self, path: str) -> tuple[int, bytes, str] | None:
+        return self.batches.get(path)
 
     @property
     def base_url(self) -> str:
