@@ -185,3 +185,42 @@ def test_a_kill_between_upload_and_batch_finds_the_batch(openai_server, tmp_path
     server.batches.polls_per_status = 1
     assert main(["eval", "--resume", str(out), "--quiet"]) == 0
     assert len(server.batches.created) == 4 and len(read_results(out)) == 2
+
+
+def any_protocol(request: dict[str, Any], index: int) -> str:
+    """Answers for every protocol below: DEBATE's Critic objects once then says NO ISSUE; n samples differ; a
+    score of 4 or 5 is off Topical-Chat's 1-3 scale, so some replies are re-asked (a second call of a node)."""
+    system = str(request["messages"][0].get("content", ""))
+    if "Devil’s Advocate" in system:
+        reviews = sum(m["role"] == "assistant" for m in request["messages"])
+        return "The score ignores the order of events." if reviews == 0 else "NO ISSUE"
+    if request.get("response_format"):
+        return json.dumps({"evidence": "read", "score": 1 + index % 3})
+    return responder(request, index) if index == 0 else f"Evidence: sample {index}.\nScore: {1 + index % 3}"
+
+
+PROTOCOLS = {
+    "debate": ["--protocol", "debate", "--dataset", "summeval", "--aspect", "coherence"],
+    "refer turbo (n = 20)": ["--protocol", "refer", "--dataset", "topical-chat", "--aspect", "coherence"],
+    "geval (n = 20)": ["--protocol", "geval", "--dataset", "summeval", "--aspect", "fluency"],
+    "faireval bpc+mec": ["--protocol", "single", "--calibrate", "bpc+mec", "--dataset", "faireval"],
+    "structured output": ["--protocol", "single", "--dataset", "summeval", "--aspect", "coherence",
+                          "--structured-output"],
+}
+
+
+@pytest.mark.parametrize("args", PROTOCOLS.values(), ids=PROTOCOLS.keys())
+def test_every_protocol_batches_to_the_online_verdicts(args: list[str], openai_server, tmp_path: Path) -> None:
+    online, batched = openai_server(any_protocol), openai_server(any_protocol)
+    common = [*args, "--limit", "2", "--model", "gpt-4o-mini", "--quiet"]
+    assert main(["eval", *common, "--base-url", online.base_url, "--out", str(tmp_path / "online")]) == 0
+    assert main(["eval", *common, "--base-url", batched.base_url, "--out", str(tmp_path / "batch"),
+                 "--batch", "--batch-poll", "0.01"]) == 0
+    assert verdicts(tmp_path / "batch") == verdicts(tmp_path / "online")
+    assert batched.requests == []
+    # the same calls; identical ones (ReFeR's peers on one model) go online at once, in a batch as one line
+    assert set(bodies([line["body"] for lines in batched.batches.created for line in lines])) == \
+        set(bodies(online.requests))
+    answered = len(batched.batches.answered)
+    usage = manifest_of(tmp_path / "batch")["usage_by_model"][f"openai:gpt-4o-mini@{batched.base_url}"]
+    assert usage["requests"] == usage["batch_requests"] == answered  # a line read by several calls is paid once

@@ -85,11 +85,13 @@ class PendingCall:
 @dataclass(frozen=True)
 class Answer:
     """A reply source's answer: what the provider call would have returned (an AIMessage, ``(raw, parsed)`` for
-    a structured call, the list of samples), whether it was paid at batch prices, and whether it may be cached
-    (a provider's reply is; the dry run's synthetic one never)."""
+    a structured call, the list of samples), whether it was paid at batch prices, whether this call pays for it
+    (identical calls batched as one line are paid by the first that reads it), and whether it may be cached (a
+    provider's reply is; the dry run's synthetic one never)."""
 
     out: Any
     batch: bool = False
+    paid: bool = True
     cache: bool = True
 
 
@@ -367,7 +369,8 @@ def _answered(ctx: JuryContext, call: PendingCall, usage: dict[str, dict[str, An
     answer: Answer | None = ctx.replies.answer(call)
     if answer is None:
         return None
-    _account(usage, call.request, call.resolved, answer.out, ctx, batch=answer.batch)
+    if answer.paid:
+        _account(usage, call.request, call.resolved, answer.out, ctx, batch=answer.batch)
     if call.key and ctx.cache and answer.cache:
         ctx.cache.put(call.key, _encode(call.kind, answer.out))
     return answer.out

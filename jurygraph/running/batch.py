@@ -79,6 +79,7 @@ class BatchReplies:
         self.failed: dict[str, str] = {}  # the reason each failed request failed, by cache key
         self.failures: Counter[str] = Counter()  # batches each request failed in
         self.pending: dict[str, tuple[str, dict[str, Any]]] = {}  # the round's calls: key -> (API, line)
+        self.read: set[str] = set()  # answers handed to a call: identical calls batched as one line pay once
         self.clients: dict[str, OpenAIBatches] = {}
 
     def answer(self, call: PendingCall) -> Answer | None:
@@ -86,7 +87,9 @@ class BatchReplies:
             return None
         body = self.bodies.get(call.key)
         if body is not None:
-            return Answer(decode(call, body), batch=True)
+            first = call.key not in self.read
+            self.read.add(call.key)
+            return Answer(decode(call, body), batch=True, paid=first)
         if call.key in self.failed and (self.fallback == "online" or self.failures[call.key] >= MAX_BATCH_ATTEMPTS):
             return None
         api = api_of(call.model)
@@ -280,6 +283,7 @@ class BatchRounds:
                     (self.run.out / event["file"]).unlink(missing_ok=True)
         self.collected = []
         self.replies.bodies.clear()  # in the cache now
+        self.replies.read.clear()
 
     def _client(self, api: str) -> OpenAIBatches:
         if api not in self.replies.clients:  # a resumed run: the models of the context, before any call
