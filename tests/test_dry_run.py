@@ -8,6 +8,7 @@ output budget (--gen '*.max_tokens=60'), as the estimate assumes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ def answer(request: dict[str, Any], *, no_issue: bool = False) -> str:
         line = "\nThe score of Assistant 1: 8\nThe score of Assistant 2: 6"
     else:
         line = "\nScore: 2"
+    # each request its own words, as a model's: two items' discussions never make one summarizer prompt, which
+    # the LLM cache would answer once
+    line = f" (on {hashlib.sha256(prompt.encode()).hexdigest()[:8]})" + line
     return filler(BUDGET - count_tokens(line)) + line
 
 

@@ -85,17 +85,18 @@ def batch_options(args: argparse.Namespace) -> BatchOptions | None:
 
 
 def estimate_run(setup: ProtocolSetup, items: Iterable[EvalItem], total: int, context: JuryContext,
-                 prices: Mapping[str, Any] | None, *, sample: int | None, download: bool,
+                 prices: Mapping[str, Any] | None, *, sample: int | None, tokenizer: str,
                  cache: Any = None) -> Estimate:
     return estimate(setup.graph, items, context=context, total=total, prices=prices, sample=sample,
-                    bounded=setup.stop_bounds() is not None, download=download, cache=cache)
+                    bounded=setup.stop_bounds() is not None, tokenizer=tokenizer, cache=cache)
 
 
 def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem],
             total: int, prices: Mapping[str, Any] | None, *, dataset: str, cache: Any = None,
             skipped: int = 0) -> int:
     """``eval --dry-run``: the estimate, as text or (``--json``) one JSON object; sends nothing, writes nothing."""
-    result = estimate_run(setup, items, total, context, prices, sample=DEFAULT_SAMPLE, download=True, cache=cache)
+    result = estimate_run(setup, items, total, context, prices, sample=DEFAULT_SAMPLE, tokenizer="download",
+                          cache=cache)
     report = _report(result, setup, args, dataset=dataset, skipped=skipped)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
@@ -106,9 +107,11 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
 
 def pre_run_estimate(setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem], total: int,
                      prices: Mapping[str, Any] | None) -> tuple[Estimate, str]:
-    """The estimate ``eval`` makes before it starts, from the first few items (never a download), and its line."""
+    """The estimate ``eval`` makes before it starts, from the first few items, and its line. It loads no tokenizer
+    (reading a cached tiktoken encoding takes ~0.3 s, which the first request would wait for): approximate."""
     head = (item for _, item in zip(range(PRE_RUN_SAMPLE), items, strict=False))
-    result = estimate_run(setup, head, min(total, PRE_RUN_SAMPLE), context, prices, sample=None, download=False)
+    result = estimate_run(setup, head, min(total, PRE_RUN_SAMPLE), context, prices, sample=None,
+                          tokenizer="approximate")
     return result, _line(result, total)
 
 

@@ -63,7 +63,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                          help="final (default): each item's final checkpoint (its whole history, for show and "
                               "resume); all: every step's, for time travel")
     runopts.add_argument("--prices", help="JSON price table (USD per 1M tokens) merged over the built-in one")
-    runopts.add_argument("--quiet", action="store_true", help="no progress bar")
+    runopts.add_argument("--quiet", action="store_true", help="no progress bar, no estimate line before the run")
     runopts.add_argument("--yes", action="store_true",
                          help=f"run a plan of more than {REQUESTS_PER_ITEM_LIMIT} requests per item without asking")
     costs.add_cost_arguments(parser)

@@ -41,10 +41,10 @@ from jurygraph.judging.state import add_usage
 from jurygraph.llm.calls import Answer, PendingCall, effective_params
 from jurygraph.llm.models import JuryContext, ModelSpec, to_spec
 from jurygraph.llm.pricing import price_of
-from jurygraph.llm.tokens import TokenCounter, counter_for
+from jurygraph.llm.tokens import TokenCounter, counter_in
 
 DEFAULT_REPLY_TOKENS = 512
-DEFAULT_SAMPLE = 500
+DEFAULT_SAMPLE = 200
 COUNTS = ("requests", "input_tokens", "output_tokens")
 
 # what a synthetic reply says before its answer line: plain evaluative prose, no digits, no answer labels, no
@@ -121,16 +121,16 @@ class SyntheticReplies:
     """The dry run's answers: at once, in the call's answer form, at the call's output budget, scripted by a
     :class:`Scenario`. Records the budget assumed for calls without ``max_tokens``."""
 
-    def __init__(self, scenario: Scenario, *, reply_tokens: int = DEFAULT_REPLY_TOKENS, download: bool = True,
+    def __init__(self, scenario: Scenario, *, reply_tokens: int = DEFAULT_REPLY_TOKENS, tokenizer: str = "download",
                  counters: dict[str, TokenCounter] | None = None) -> None:
-        self.scenario, self.reply_tokens, self.download = scenario, reply_tokens, download
+        self.scenario, self.reply_tokens, self.tokenizer = scenario, reply_tokens, tokenizer
         self.counters = counters if counters is not None else {}
         self.assumed: set[str] = set()  # agents whose calls had no max_tokens
         self._order: dict[str, int] = {}  # agents in the order they first spoke: who takes which side
 
     def counter(self, label: str) -> TokenCounter:
         if label not in self.counters:
-            self.counters[label] = counter_for(label, download=self.download)
+            self.counters[label] = counter_in(label, self.tokenizer)
         return self.counters[label]
 
     def answer(self, call: PendingCall) -> Answer:
@@ -249,19 +249,20 @@ class Estimate:
 
 def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, total: int | None = None,
              prices: Mapping[str, Any] | None = None, sample: int | None = DEFAULT_SAMPLE, bounded: bool = True,
-             reply_tokens: int = DEFAULT_REPLY_TOKENS, download: bool = True, cache: Any = None) -> Estimate:
+             reply_tokens: int = DEFAULT_REPLY_TOKENS, tokenizer: str = "download", cache: Any = None) -> Estimate:
     """Render ``graph`` (uncompiled or compiled) on the items with synthetic replies and add up what each model
     would be sent. ``total``: the number of items when ``items`` has no length (a stream); ``sample``: render at
     most this many, evenly spaced, and scale (None: all); ``bounded``: also run the ``fewest`` scenario (a
-    protocol that may stop early); ``download``: fetch a missing tiktoken encoding (the dry run) or not (the
-    line before a run); ``cache``: a run's LLM cache (what it answers costs nothing)."""
+    protocol that may stop early); ``tokenizer``: one of :data:`~jurygraph.llm.tokens.TOKENIZER_MODES` (the dry
+    run fetches a missing tiktoken encoding, the line before a run loads none); ``cache``: a run's LLM cache
+    (what it answers costs nothing)."""
     started = time.monotonic()
     count = total if total is not None else len(items)  # type: ignore[arg-type]
     chosen = list(_spaced(items, count, sample))
     app = graph.compile() if isinstance(graph, StateGraph) else graph
     counters: dict[str, TokenCounter] = {}
     scenarios = (MOST, FEWEST) if bounded else (MOST,)
-    sources = {s.name: SyntheticReplies(s, reply_tokens=reply_tokens, download=download, counters=counters)
+    sources = {s.name: SyntheticReplies(s, reply_tokens=reply_tokens, tokenizer=tokenizer, counters=counters)
                for s in scenarios}
     per_item: dict[str, list[dict[str, dict[str, Any]]]] = {s.name: [] for s in scenarios}
     failed: dict[str, str] = {}
@@ -284,7 +285,7 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
                 for key in COUNTS:
                     bucket[key] += counts.get(key, 0) * scale
     for label, model in models.items():
-        counter = counters.get(label) or counter_for(label, download=download)
+        counter = counters.get(label) or counter_in(label, tokenizer)
         model.tokenizer, model.exact_tokens = counter.method, counter.exact
         model.items = sum(1 for usage in per_item[MOST.name] if label in _by_model(usage))
         model.items = round(model.items * scale)
