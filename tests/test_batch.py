@@ -224,3 +224,44 @@ def test_every_protocol_batches_to_the_online_verdicts(args: list[str], openai_s
     answered = len(batched.batches.answered)
     usage = manifest_of(tmp_path / "batch")["usage_by_model"][f"openai:gpt-4o-mini@{batched.base_url}"]
     assert usage["requests"] == usage["batch_requests"] == answered  # a line read by several calls is paid once
+
+
+def test_a_gemini_agent_of_a_batch_run_is_asked_online(openai_server, gemini_server, tmp_path: Path) -> None:
+    """Gemini calls are not batched (docs/COSTS.md): its agent goes online while the other waits for its batch."""
+    public = openai_server(responder)
+    critic = gemini_server(lambda request, i: "Evidence: critical view.\nThe score of Assistant 1: 6\n"
+                                              "The score of Assistant 2: 8")
+    out = tmp_path / "run"
+    assert main(["eval", "--protocol", "chateval", "--no-calibrate", "--dataset", "faireval", "--limit", "2",
+                 "--model", "gpt-4o-mini", "--base-url", public.base_url, "--models",
+                 f"Critic=google_genai:gemini-2.0-flash@{critic.base_url}", "--out", str(out), "--quiet",
+                 "--batch", "--batch-poll", "0.01"]) == 0
+    assert len(critic.requests) == 2 * 2 and public.requests == []
+    assert [len(lines) for lines in public.batches.created] == [2, 2]  # the General Public's two turns
+    assert all(r["status"] == "ok" for r in read_results(out))
+
+
+def test_a_batch_run_within_a_budget_admits_items_before_its_first_round(openai_server, tmp_path: Path) -> None:
+    server = openai_server(responder)
+    out = tmp_path / "run"
+    assert main(eval_args(server, out, "--limit", "10", "--no-calibrate", "--batch", "--batch-poll", "0.01",
+                          "--max-total-tokens", "15000", "--gen", "*.max_tokens=40")) == 3
+    done = len(read_results(out))
+    assert 0 < done < 10 and [len(lines) for lines in server.batches.created] == [done] * 4
+    assert manifest_of(out)["spend"]["input_tokens"] + manifest_of(out)["spend"]["output_tokens"] <= 15000
+    assert main(["eval", "--resume", str(out), "--max-total-tokens", "10000000", "--quiet"]) == 0
+    assert len(read_results(out)) == 10 and len(server.batches.created) == 8
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--batch-poll", "5"], "--batch-poll goes with --batch"),
+    (["--batch-fallback", "online"], "--batch-fallback goes with --batch"),
+    (["--batch", "--no-cache"], "--batch needs the LLM cache"),
+    (["--json"], "--json goes with --dry-run"),
+    (["--max-cost", "0"], "--max-cost must be greater than 0"),
+])
+def test_cost_options_that_make_no_sense_are_refused(extra: list[str], message: str, capsys, tmp_path: Path) -> None:
+    capsys.readouterr()
+    assert main(["eval", "--dataset", "faireval", "--model", "openai:gpt-4o-mini", "--out", str(tmp_path / "r"),
+                 *extra]) == 2
+    assert message in capsys.readouterr().err

@@ -125,7 +125,7 @@ def test_the_text_form_says_what_it_assumed(openai_server, capsys) -> None:
     assert "tokens of openai:gpt-4o-mini: approximate" in text  # tiktoken's encoding cannot be downloaded here
     assert "Critic, Scorer set no max_tokens: 512 tokens a reply assumed" in text
     assert "prices: built-in list prices of 2026-11-22" in text
-    assert "wall time: at least" in text and "(--rps 0.01)" in text
+    assert "wall time: at least" in text and "(--rps 0.01 for openai)" in text
 
 
 def test_a_large_dataset_is_estimated_from_a_stated_sample(capsys, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -177,21 +177,18 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, *,
 
 
 def _wall_time(result: Estimate, args: argparse.Namespace) -> tuple[float, str]:
-    """The wall time the limits imply, per provider (a model's limits are its --base-url's or its provider's)."""
+    """The wall time the limits imply; a model's limits are its --base-url's or its provider's."""
     limits = parse_limits(getattr(args, "rps", None), getattr(args, "in_flight", None))
-    by_provider: dict[str, list[float]] = {}
+    by_provider: dict[str, float] = {}
     for label, model in result.models.items():
         provider = label.partition("@")[2] or label.partition(":")[0]
-        totals = by_provider.setdefault(provider, [0.0, 0.0])
-        totals[0] += model.most["requests"]
-        totals[1] += model.most["output_tokens"]
-    worst = (0.0, "no request")
-    for provider, (requests, output) in by_provider.items():
+        by_provider[provider] = by_provider.get(provider, 0.0) + model.most["requests"]
+    given = []
+    for provider, requests in by_provider.items():
         limit = limits.get(provider) or limits.get(ANY_PROVIDER)
-        worst = max(worst, wall_time(requests, result.items, output, concurrency=args.concurrency,
-                                     rps=limit.requests_per_second if limit else None,
-                                     in_flight=limit.max_in_flight if limit else None))
-    return worst
+        if limit is not None:
+            given.append((provider, requests, limit.requests_per_second, limit.max_in_flight))
+    return wall_time(sum(by_provider.values()), result.reply_tokens, concurrency=args.concurrency, limits=given)
 
 
 def _text(report: dict[str, Any]) -> str:

@@ -99,5 +99,6 @@ def estimate_cost(usage: Mapping[str, Mapping[str, Any]], prices: Mapping[str, A
 
 def prices_line(prices_file: str | None = None) -> str:
     """Where the prices of an estimate come from, for the user to judge them."""
-    built_in = f"list prices of {PRICES_DATE} ({PRICES_SOURCE}; batch: {BATCH_DISCOUNT:.0%} of list)"
+    built_in = (f"list prices of {PRICES_DATE} ({PRICES_SOURCE}); batch: {BATCH_DISCOUNT:.0%} of list for OpenAI "
+                "models (a --batch run sends other providers' calls online)")
     return f"{prices_file} over the built-in {built_in}" if prices_file else f"built-in {built_in}"

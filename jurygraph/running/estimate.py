@@ -126,6 +126,7 @@ class SyntheticReplies:
         self.scenario, self.reply_tokens, self.tokenizer = scenario, reply_tokens, tokenizer
         self.counters = counters if counters is not None else {}
         self.assumed: set[str] = set()  # agents whose calls had no max_tokens
+        self.budgets: list[int] = []  # each request's output budget per reply (n samples come in parallel)
         self._order: dict[str, int] = {}  # agents in the order they first spoke: who takes which side
 
     def counter(self, label: str) -> TokenCounter:
@@ -139,6 +140,7 @@ class SyntheticReplies:
         if budget is None:
             self.assumed.add(req.agent)
             budget = self.reply_tokens
+        self.budgets.append(int(budget))
         side = self._order.setdefault(req.agent, len(self._order)) % 2
         text, parsed = self._reply(req.form, req.role, counter, int(budget), side)
         prompt = counter.messages(call.messages)
@@ -222,6 +224,7 @@ class Estimate:
     # the most one rendered item costs (its longest loop): requests, input/output tokens, USD at list and batch
     # prices (what the budget reserves for an item in flight)
     item_most: dict[str, float] = field(default_factory=dict)
+    reply_tokens: float = 0.0  # a request's mean output budget per reply (what its latency depends on)
 
     @property
     def scaled(self) -> bool:
@@ -280,7 +283,7 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     for scenario in scenarios:
         for usage in per_item[scenario.name]:
             for label, counts in _by_model(usage).items():
-                model = models.setdefault(label, ModelEstimate(label, price=price_of(label, prices)))
+                model = models.setdefault(label, ModelEstimate(label, price=_price(label, prices)))
                 bucket = getattr(model, scenario.name)
                 for key in COUNTS:
                     bucket[key] += counts.get(key, 0) * scale
@@ -292,8 +295,10 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
         if not bounded:
             model.fewest = dict(model.most)
     assumed = {agent: reply_tokens for source in sources.values() for agent in sorted(source.assumed)}
+    budgets = sources[MOST.name].budgets
     return Estimate(count, rendered, models, bounded and _differs(models), assumed, failed,
-                    time.monotonic() - started, _item_most(per_item[MOST.name], models))
+                    time.monotonic() - started, _item_most(per_item[MOST.name], models),
+                    sum(budgets) / len(budgets) if budgets else 0.0)
 
 
 def _item_most(usages: list[dict[str, dict[str, Any]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:
@@ -310,6 +315,15 @@ def _item_most(usages: list[dict[str, dict[str, Any]]], models: Mapping[str, Mod
                                    + counts.get("output_tokens", 0) * price[f"{prefix}output"]) / 1e6
         most = {key: max(value, most.get(key, 0.0)) for key, value in costs.items()}
     return most
+
+
+def _price(label: str, prices: Mapping[str, Any] | None) -> Mapping[str, float] | None:
+    """A model's prices; its batch prices are its list prices unless jurygraph batches its calls (OpenAI's Batch
+    API only: a Gemini call of a --batch run is sent online)."""
+    price = price_of(label, prices)
+    if price is None or label.startswith("openai:"):
+        return price
+    return {**price, "batch_input": price["input"], "batch_output": price["output"]}
 
 
 def _differs(models: Mapping[str, ModelEstimate]) -> bool:
@@ -334,20 +348,22 @@ def _spaced(items: Iterable[EvalItem], count: int, sample: int | None) -> Iterab
             yield item
 
 
-def wall_time(requests: float, items: int, output_tokens: float, *, concurrency: int,
-              rps: float | None = None, in_flight: int | None = None) -> tuple[float, str]:
-    """Seconds a run needs at least, and what binds it: the rate limit (requests / rps), the in-flight limit
-    (requests x latency / in flight) or the items' concurrency (each item's calls one after another), with a
-    request's latency assumed to be 0.5 s + 50 output tokens a second."""
-    latency = 0.5 + (output_tokens / requests if requests else 0.0) / 50.0
+def wall_time(requests: float, reply_tokens: float, *, concurrency: int,
+              limits: Iterable[tuple[str, float, float | None, int | None]] = ()) -> tuple[float, str]:
+    """Seconds a run needs at least, and what binds it: the items' concurrency (each item's calls one after
+    another), or a provider's rate limit (its requests / rps) or in-flight limit (its requests x latency / in
+    flight); ``limits``: (provider, its requests, rps, in flight). A request's latency is assumed to be 0.5 s +
+    its reply's tokens at 50 a second (n samples come in parallel)."""
+    latency = 0.5 + reply_tokens / 50.0
     bounds = [(requests * latency / concurrency, f"--concurrency {concurrency} items, ~{latency:.1f} s a request "
                                                   "(assumed: 0.5 s + 50 output tokens/s), an item's calls in turn")]
-    if rps:
-        bounds.append((requests / rps, f"--rps {rps:g}"))
-    if in_flight:
-        bounds.append((requests * latency / in_flight, f"--in-flight {in_flight}, ~{latency:.1f} s a request"))
-    seconds, why = max(bounds)
-    return seconds, why
+    for provider, count, rps, in_flight in limits:
+        if rps:
+            bounds.append((count / rps, f"--rps {rps:g} for {provider}"))
+        if in_flight:
+            bounds.append((count * latency / in_flight, f"--in-flight {in_flight} for {provider}, ~{latency:.1f} s "
+                                                        "a request"))
+    return max(bounds)
 
 
 def requests_shape(low: float, high: float) -> int | dict[str, int]:
