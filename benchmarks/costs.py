@@ -91,15 +91,18 @@ PLANS = {
 
 
 def batches(sizes: list[int], work: Path) -> None:
-    print("\n## Batches per run (--batch, --batch-poll 0.01)\n")
-    print("| plan | items | batches | requests per batch | seconds | same verdicts as online |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n### Batches per run (--batch, --batch-poll 0.01)\n")
+    print("| plan | items | batches | requests per batch | seconds | online seconds (zero latency) | "
+          "same verdicts as online |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, plan in PLANS.items():
         for n in sizes:
             online, batched = FakeOpenAIServer(respond).start(), FakeOpenAIServer(respond).start()
             try:
                 common = [*plan, "--limit", str(n), "--model", "gpt-4o-mini", "--quiet", "--concurrency", "50"]
+                started = time.perf_counter()
                 quiet_cli(["eval", *common, "--base-url", online.base_url, "--out", str(work / f"o-{name}-{n}")])
+                online_seconds = time.perf_counter() - started
                 started = time.perf_counter()
                 code, _ = quiet_cli(["eval", *common, "--base-url", batched.base_url, "--out",
                                      str(work / f"b-{name}-{n}"), "--batch", "--batch-poll", "0.01"])
@@ -107,7 +110,7 @@ def batches(sizes: list[int], work: Path) -> None:
                 same = _verdicts(work / f"o-{name}-{n}") == _verdicts(work / f"b-{name}-{n}")
                 sizes_of = [len(lines) for lines in batched.batches.created]
                 print(f"| {name} | {n} | {len(sizes_of)} | {', '.join(map(str, sizes_of))} | {seconds:.1f} | "
-                      f"{'yes' if same and code == 0 else 'NO'} |")
+                      f"{online_seconds:.1f} | {'yes' if same and code == 0 else 'NO'} |")
             finally:
                 online.stop()
                 batched.stop()
@@ -133,7 +136,7 @@ ACCURACY = {
 
 
 def accuracy(work: Path, items: int) -> None:
-    print(f"\n## The dry run against the local server ({items} items, replies at the budget)\n")
+    print(f"\n### The dry run against the local server ({items} items, replies at the budget)\n")
     print("| plan | requests: estimate | requests: server | input tokens: estimate | measured | ratio | "
           "tokenizer |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -162,7 +165,7 @@ def accuracy(work: Path, items: int) -> None:
 # --- the paper's FairEval run ---
 
 def faireval(work: Path) -> None:
-    print("\n## The paper's FairEval run (ChatEval ICLR Table 6), dry run\n")
+    print("\n### The paper's FairEval run (ChatEval ICLR Table 6), dry run\n")
     prices = work / "prices-2023.json"
     prices.write_text(json.dumps(PRICES_2023))
     print("| model | plan | requests | input tokens | output tokens | today: online | today: batch | "
@@ -191,7 +194,7 @@ def faireval(work: Path) -> None:
 # --- start-up ---
 
 def startup(work: Path, repeats: int) -> None:
-    print("\n## What the estimate costs a run's start\n")
+    print("\n### What the estimate costs a run's start\n")
     first: dict[str, list[float]] = {"estimate line": [], "--quiet (no estimate)": []}
     for run in range(repeats):
         for label, extra in (("estimate line", []), ("--quiet (no estimate)", ["--quiet"])):

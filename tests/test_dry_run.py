@@ -149,3 +149,19 @@ def test_a_resumed_run_is_estimated_for_what_is_left(openai_server, capsys, tmp_
     assert (report["items_already_done"], report["items"]) == (2, 1)
     assert report["requests"] == 3  # the third item's first call is in the run's cache: free
     assert (out / "llm_cache.sqlite").exists() and len(server.requests) == 10  # the dry run sent nothing
+
+
+def test_a_run_prints_its_estimate_in_one_line_before_it_starts(openai_server, capsys, tmp_path: Path) -> None:
+    server = openai_server(lambda request, i: answer(request))
+    capsys.readouterr()
+    assert main(["eval", *common(server, "--protocol", "chateval", "--dataset", "faireval", "--limit", "5"),
+                 "--out", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("jurygraph: estimate:")]
+    assert len(lines) == 1 and err.index(lines[0]) == 0  # before anything else
+    assert lines[0].startswith("jurygraph: estimate: 40 requests, ")  # 8 an item, exact
+    assert "(from 3 of 5 items, tokens approximate; --dry-run for the details)" in lines[0]
+    capsys.readouterr()
+    assert main(["eval", *common(server, "--protocol", "chateval", "--dataset", "faireval", "--limit", "5"),
+                 "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert "estimate" not in capsys.readouterr().err

@@ -6,9 +6,11 @@ before a run, the budget (``--max-cost``, ``--max-total-tokens``) and the provid
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from jurygraph.cli.protocols import ProtocolSetup
@@ -74,7 +76,7 @@ def check_cost_options(args: argparse.Namespace, given: set[str]) -> None:
         raise UsageError(f"--max-total-tokens must be at least 1 (got {args.max_total_tokens})")
     if args.batch_poll <= 0:
         raise UsageError(f"--batch-poll must be greater than 0 (got {args.batch_poll:g})")
-    if args.batch and (args.no_cache or getattr(args, "checkpoint", None) == ""):
+    if args.batch and args.no_cache:
         raise UsageError("--batch needs the LLM cache (it is where a batch's replies wait for their items): "
                          "drop --no-cache")
 
@@ -91,12 +93,36 @@ def estimate_run(setup: ProtocolSetup, items: Iterable[EvalItem], total: int, co
                     bounded=setup.stop_bounds() is not None, tokenizer=tokenizer, cache=cache)
 
 
-def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem],
-            total: int, prices: Mapping[str, Any] | None, *, dataset: str, cache: Any = None,
-            skipped: int = 0) -> int:
-    """``eval --dry-run``: the estimate, as text or (``--json``) one JSON object; sends nothing, writes nothing."""
-    result = estimate_run(setup, items, total, context, prices, sample=DEFAULT_SAMPLE, tokenizer="download",
-                          cache=cache)
+@contextlib.contextmanager
+def still_to_do(args: argparse.Namespace, items: Any) -> Iterator[tuple[Iterable[EvalItem], int, int, Any]]:
+    """The items an estimate is for (``items``: the run's Dataset or a list): all of them, or on ``--resume`` those
+    not finished, with the run's LLM cache (the calls it holds are free). Yields (items, how many, how many
+    already done, the cache or None)."""
+    if not args.resume:
+        yield items, len(items), 0, None
+        return
+    from jurygraph.llm.cache import LLMCache
+    from jurygraph.running.rundir import CACHE, iter_results
+
+    done = {record["id"] for record in iter_results(args.resume) if record.get("status") == "ok"}
+    todo = (item for item in items if item.id not in done)
+    path = Path(args.cache) if args.cache else Path(args.resume) / CACHE
+    cache = LLMCache(path) if path.exists() and not args.no_cache else None
+    skipped = sum(1 for item in items if item.id in done)
+    try:
+        yield todo, len(items) - skipped, skipped, cache
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext, items: Any,
+            prices: Mapping[str, Any] | None, *, dataset: str) -> int:
+    """``eval --dry-run``: the estimate, as text or (``--json``) one JSON object; sends nothing, writes nothing.
+    On ``--resume``: of the items still to do, the run's cached calls free."""
+    with still_to_do(args, items) as (todo, total, skipped, cache):
+        result = estimate_run(setup, todo, total, context, prices, sample=DEFAULT_SAMPLE, tokenizer="download",
+                              cache=cache)
     report = _report(result, setup, args, dataset=dataset, skipped=skipped)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
@@ -106,16 +132,18 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
 
 
 def pre_run_estimate(setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem], total: int,
-                     prices: Mapping[str, Any] | None) -> tuple[Estimate, str]:
+                     prices: Mapping[str, Any] | None, cache: Any = None) -> tuple[Estimate, str]:
     """The estimate ``eval`` makes before it starts, from the first few items, and its line. It loads no tokenizer
     (reading a cached tiktoken encoding takes ~0.3 s, which the first request would wait for): approximate."""
     head = (item for _, item in zip(range(PRE_RUN_SAMPLE), items, strict=False))
     result = estimate_run(setup, head, min(total, PRE_RUN_SAMPLE), context, prices, sample=None,
-                          tokenizer="approximate")
+                          tokenizer="approximate", cache=cache)
     return result, _line(result, total)
 
 
 def _line(result: Estimate, total: int) -> str:
+    if not total:
+        return "estimate: nothing left to do"
     scale = total / result.rendered if result.rendered else 0.0
     requests = _shown(result.total("requests", "fewest") * scale, result.total("requests") * scale)
     tokens = _shown(_tokens(result, "fewest") * scale, _tokens(result, "most") * scale)
@@ -198,13 +226,16 @@ def _text(report: dict[str, Any]) -> str:
     done = f"; {report['items_already_done']} already done" if report["items_already_done"] else ""
     lines = [f"Dry run (no request sent): {report['protocol']} on {report['dataset']}, {report['items']} items "
              f"({scaled}{done}; {report['seconds']:.1f} s)"]
-    rows = [("model", "items", "requests", "input tokens", "output tokens", "cost USD", "batch USD")]
+    rows = [("model", "items", "requests/item", "requests", "input tokens", "output tokens", "cost USD",
+             "batch USD")]
     for label, entry in report["by_model"].items():
-        rows.append((label, str(entry["items"]), _cell(entry["requests"]), _cell(entry["input_tokens"]),
-                     _cell(entry["output_tokens"]), _money(entry["cost_usd"]), _money(entry["cost_usd_batch"])))
+        rows.append((label, str(entry["items"]), _cell(entry["requests_per_item"]), _cell(entry["requests"]),
+                     _cell(entry["input_tokens"]), _cell(entry["output_tokens"]), _money(entry["cost_usd"]),
+                     _money(entry["cost_usd_batch"])))
     if len(report["by_model"]) > 1:
-        rows.append(("total", str(report["items"]), _cell(report["requests"]), _cell(report["input_tokens"]),
-                     _cell(report["output_tokens"]), _money(report["cost_usd"]), _money(report["cost_usd_batch"])))
+        rows.append(("total", str(report["items"]), _cell(report["requests_per_item"]), _cell(report["requests"]),
+                     _cell(report["input_tokens"]), _cell(report["output_tokens"]), _money(report["cost_usd"]),
+                     _money(report["cost_usd_batch"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         lines.append("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
@@ -257,17 +288,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def before_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem],
-               total: int, prices: Mapping[str, Any] | None) -> Budget | None:
-    """What ``eval`` does before it starts: print the one-line estimate (unless ``--quiet``) and, with
-    ``--max-cost``/``--max-total-tokens``, the budget, whose per-item reserve comes from that estimate."""
+def before_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext, items: Any,
+               prices: Mapping[str, Any] | None) -> Budget | None:
+    """What ``eval`` does before it starts: print the one-line estimate (unless ``--quiet``; on ``--resume``, of
+    the items still to do) and, with ``--max-cost``/``--max-total-tokens``, the budget, whose per-item reserve
+    comes from that estimate."""
     from jurygraph.cli.preflight import UsageError
 
     wants_budget = args.max_cost is not None or args.max_total_tokens is not None
     if args.quiet and not wants_budget:
         return None
     try:
-        result, line = pre_run_estimate(setup, context, items, total, prices)
+        with still_to_do(args, items) as (todo, total, _, cache):
+            result, line = pre_run_estimate(setup, context, todo, total, prices, cache)
     except Exception as err:  # an estimate that cannot be made never stops a run; a budget then reserves nothing
         result, line = None, f"no estimate ({type(err).__name__}: {err})"
     if not args.quiet:

@@ -170,7 +170,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          "(a smoke-test model: its ratings carry no signal)")
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     if args.dry_run:
-        return _dry_run(args, setup, context, items, prices, dataset_name=str(args.dataset))
+        return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
     per_item = setup.requests_per_item()
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
@@ -193,7 +193,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
         "invocations": [*previous.get("invocations", []), invocation],
     }
-    budget = costs.before_run(args, setup, context, items, len(items), prices)
+    budget = costs.before_run(args, setup, context, items, prices)
     try:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
@@ -210,26 +210,6 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return stop.exit_code
     _print_summary(summary, out)
     return 1 if summary.failed else 0
-
-
-def _dry_run(args: argparse.Namespace, setup: Any, context: JuryContext, items: Any, prices: Any, *,
-             dataset_name: str) -> int:
-    """``--dry-run``: the estimate; on ``--resume`` of the items still to do, the run's cached calls free."""
-    if not args.resume:
-        return costs.dry_run(args, setup, context, items, len(items), prices, dataset=dataset_name)
-    from jurygraph.llm.cache import LLMCache
-    from jurygraph.running.rundir import CACHE
-
-    done = {record["id"] for record in iter_results(args.resume) if record.get("status") == "ok"}
-    todo = [item for item in items if item.id not in done]
-    path = Path(args.cache) if args.cache else Path(args.resume) / CACHE
-    cache = LLMCache(path) if path.exists() and not args.no_cache else None
-    try:
-        return costs.dry_run(args, setup, context, todo, len(todo), prices, dataset=dataset_name, cache=cache,
-                       skipped=len(items) - len(todo))
-    finally:
-        if cache is not None:
-            cache.close()
 
 
 def _params_line(params: dict[str, Any]) -> str:

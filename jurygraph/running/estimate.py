@@ -376,6 +376,9 @@ def by_model_json(estimate: Estimate) -> dict[str, dict[str, Any]]:
     out = {}
     for label, model in estimate.models.items():
         entry: dict[str, Any] = {"items": model.items}
+        per_item = estimate.items or 1
+        entry["requests_per_item"] = requests_shape(model.fewest["requests"] / per_item,
+                                                    model.most["requests"] / per_item)
         for key in COUNTS:
             entry[key] = requests_shape(model.fewest[key], model.most[key])
         entry["cost_usd"] = _cost_shape(model, batch=False)
