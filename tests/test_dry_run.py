@@ -31,10 +31,15 @@ def filler(tokens: int) -> str:
     return " ".join(out)
 
 
-def answer(request: dict[str, Any], *, no_issue: bool = False) -> str:
-    """A reply of about the budget in the answer form the request asks for (or the Critic's review)."""
+def answer(request: dict[str, Any], *, no_issue: bool = False) -> str | dict[str, Any]:
+    """A reply of about the budget in the answer form the request asks for (or the Critic's review; G-Eval's
+    leading score with its log-probabilities)."""
     system = str(request["messages"][0].get("content", ""))
     prompt = prompt_of(request)
+    if request.get("logprobs"):
+        text = "2 - " + filler(BUDGET - 2)
+        return {"content": text, "logprobs": [{"token": "2", "logprob": -0.1, "top_logprobs": [
+            {"token": "2", "logprob": -0.1}, {"token": "3", "logprob": -2.4}]}, {"token": text[1:], "logprob": 0.0}]}
     if "Devil’s Advocate" in system:  # DEBATE's Critic: its persona is its system message
         return "NO ISSUE" if no_issue else "I disagree: " + filler(BUDGET - 4)
     if "Assistant 1" in prompt or "Assistant 1" in system:
@@ -69,6 +74,8 @@ FIXED = {
     "refer turbo, n = 20 in one request": ["--protocol", "refer", "--dataset", "topical-chat", "--aspect",
                                            "coherence", "--limit", "2"],
     "geval, 20 samples": ["--protocol", "geval", "--dataset", "summeval", "--aspect", "fluency", "--limit", "2"],
+    "geval, log-probabilities": ["--protocol", "geval", "--estimator", "logprobs", "--dataset", "summeval",
+                                 "--aspect", "coherence", "--limit", "2"],
     "faireval bpc+mec": ["--protocol", "single", "--calibrate", "bpc+mec", "--dataset", "faireval", "--limit", "2"],
 }
 

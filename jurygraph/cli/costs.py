@@ -19,7 +19,7 @@ from jurygraph.llm.limits import ANY_PROVIDER, parse_limits
 from jurygraph.llm.models import JuryContext
 from jurygraph.llm.pricing import prices_line
 from jurygraph.running.batch import BatchOptions
-from jurygraph.running.budget import RESERVE_MARGIN, Budget, Spend
+from jurygraph.running.budget import Budget
 from jurygraph.running.estimate import (
     COUNTS,
     DEFAULT_SAMPLE,
@@ -310,10 +310,5 @@ def before_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryCont
     if args.max_cost is not None and result is not None and result.cost() is None:
         raise UsageError("--max-cost: no model of this run has a price (a model at your own --base-url is priced "
                          "only by --prices FILE); give --prices, or a budget in tokens: --max-total-tokens N")
-    reserve = None
-    if result is not None and result.item_most:
-        most = result.item_most
-        cost = most["cost_usd_batch"] if args.batch else most["cost_usd"]
-        reserve = Spend(round(most["requests"]), round(most["input_tokens"]), round(most["output_tokens"]),
-                        cost).scaled(RESERVE_MARGIN)
-    return Budget(args.max_cost, args.max_total_tokens, reserve)
+    return Budget.from_estimate(result, max_cost_usd=args.max_cost, max_total_tokens=args.max_total_tokens,
+                                batch=args.batch)

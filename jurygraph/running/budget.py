@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.llm.pricing import entry_cost, price_of
+from jurygraph.running.estimate import Estimate
 from jurygraph.running.rundir import read_spend, write_spend
 
 RESERVE_MARGIN = 1.25
@@ -144,3 +145,16 @@ class Budget:
     def as_json(self) -> dict[str, Any]:
         return {"max_cost_usd": self.max_cost_usd, "max_total_tokens": self.max_total_tokens,
                 "reserve_per_item": self.reserve.as_json() if self.reserve else None}
+
+    @classmethod
+    def from_estimate(cls, estimate: Estimate | None, *, max_cost_usd: float | None = None,
+                      max_total_tokens: int | None = None, batch: bool = False) -> Budget:
+        """A budget whose reserve is an estimate's most expensive item (at batch prices with ``batch``) times
+        ``RESERVE_MARGIN``; no estimate: no reserve (only what was spent counts)."""
+        reserve = None
+        if estimate is not None and estimate.item_most:
+            most = estimate.item_most
+            cost = most["cost_usd_batch"] if batch else most["cost_usd"]
+            reserve = Spend(round(most["requests"]), round(most["input_tokens"]), round(most["output_tokens"]),
+                            cost).scaled(RESERVE_MARGIN)
+        return cls(max_cost_usd, max_total_tokens, reserve)

@@ -144,6 +144,11 @@ class SyntheticReplies:
         side = self._order.setdefault(req.agent, len(self._order)) % 2
         text, parsed = self._reply(req.form, req.role, counter, int(budget), side)
         prompt = counter.messages(call.messages)
+        if req.want_logprobs:  # G-Eval's probability-weighted score: a leading score and its log-probabilities
+            text = counter.truncate("1 - " + _repeat(_FILLER, int(budget)), int(budget))
+            logprobs = {"content": [{"token": c, "logprob": 0.0, "top_logprobs": [{"token": c, "logprob": 0.0}]}
+                                    for c in text]}
+            return Answer(_message(text, prompt, counter.text(text), {"logprobs": logprobs}), cache=False)
         if call.kind == "samples":
             each = counter.text(text)
             if call.resolved.native_n:  # one request: the prompt once, every sample's completion
@@ -188,9 +193,10 @@ def _repeat(text: str, tokens: int) -> str:
     return text * (1 + tokens * 8 // len(text))
 
 
-def _message(text: str, input_tokens: int, output_tokens: int) -> AIMessage:
+def _message(text: str, input_tokens: int, output_tokens: int, metadata: dict[str, Any] | None = None) -> AIMessage:
     return AIMessage(text, usage_metadata={"input_tokens": input_tokens, "output_tokens": output_tokens,
-                                           "total_tokens": input_tokens + output_tokens})
+                                           "total_tokens": input_tokens + output_tokens},
+                     response_metadata=metadata or {})
 
 
 # --- the estimate over a dataset ---
