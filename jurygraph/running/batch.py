@@ -117,6 +117,10 @@ class BatchRounds:
     async def judge_all(self, app: Any) -> None:
         run = self.run
         try:
+            if app.checkpointer is None:  # an item waiting for its batch is an interrupted graph: it needs one
+                run.aborted.append(self.stop("batch mode needs a checkpointer: pass the uncompiled graph, or "
+                                             "compile it with one", exit_code=2))
+                return
             items = [item async for item in self._admitted()]
             while items and not run.aborted:
                 await self._collect_open()
