@@ -9,7 +9,8 @@ Scripted replies (deterministic, in each protocol's answer form):
   General Public prefers Assistant 1 and the Critic Assistant 2, in every round.
 - The devil's advocate: NO ISSUE on an ``agree`` item (the panel is right), an objection on a ``never`` item.
 - ReFeR peers: all rate 2 on an ``agree`` item; 1, 2, 3 on a ``never`` item. The area chair rates 2.
-Tokens are the server's usage (whitespace words of the request and of the reply), summed over the item.
+Tokens are the server's usage (fake_server.count_tokens: GPT-4's pre-tokenizer pieces, plus the chat framing;
+whitespace words before issue 20), summed over the item.
 """
 
 from __future__ import annotations

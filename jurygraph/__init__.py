@@ -33,7 +33,10 @@ if TYPE_CHECKING:
     from jurygraph.llm.models import JuryContext, MissingAPIKey, ModelSpec
     from jurygraph.measuring.metaeval import MethodResult, metaeval
     from jurygraph.nodes.referee import Referee
+    from jurygraph.running.batch import BatchOptions
+    from jurygraph.running.budget import Budget, Spend
     from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
+    from jurygraph.running.estimate import Estimate, estimate
     from jurygraph.running.rundir import read_results
     from jurygraph.running.runner import RunSummary, arun, run
 
@@ -59,7 +62,10 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["JuryContext", "MissingAPIKey", "ModelSpec"], "jurygraph.llm.models"),
     **dict.fromkeys(["MethodResult", "metaeval"], "jurygraph.measuring.metaeval"),
     "Referee": "jurygraph.nodes.referee",
+    "BatchOptions": "jurygraph.running.batch",
+    **dict.fromkeys(["Budget", "Spend"], "jurygraph.running.budget"),
     **dict.fromkeys(["Dataset", "DatasetError", "load_dataset"], "jurygraph.running.datasets"),
+    **dict.fromkeys(["Estimate", "estimate"], "jurygraph.running.estimate"),
     "read_results": "jurygraph.running.rundir",
     **dict.fromkeys(["RunSummary", "arun", "run"], "jurygraph.running.runner"),
 }

@@ -25,3 +25,25 @@ def test_back_to_back_requests_are_not_delayed_by_nagle(openai_server: Callable[
     assert len(server.requests) == 41
     # 40 stalls of ~40 ms would take >= 1.6 s; undelayed it is a few ms per request
     assert elapsed < 0.8, f"40 requests took {elapsed:.2f}s"
+
+
+def test_a_request_cut_mid_send_is_not_counted(openai_server: Callable[..., FakeOpenAIServer]) -> None:
+    """A client killed while it sends (kill -9 in the crash and review tests) leaves a body shorter than its
+    Content-Length: no request reached the server, so none is logged (it was logged as an empty ``{}``)."""
+    import socket
+    from urllib.parse import urlparse
+
+    server = openai_server(latency=0.0)
+    url = urlparse(server.base_url)
+    with socket.create_connection((url.hostname, url.port)) as sock:
+        sock.sendall(f"POST {url.path}/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 100\r\n\r\n".encode())  # the headers went out, the body never did
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and server.in_flight:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert server.requests == []
+    with httpx.Client(base_url=server.base_url) as client:  # the server goes on serving
+        body = {"model": "fake", "messages": [{"role": "user", "content": "hello"}]}
+        assert client.post("/chat/completions", json=body).status_code == 200
+    assert len(server.requests) == 1

@@ -15,7 +15,7 @@ import pytest
 from jurygraph.cli import main
 from jurygraph.running.rundir import read_results
 from jurygraph.testing.fake_gemini import wants_json
-from jurygraph.testing.fake_server import Faults, prompt_of
+from jurygraph.testing.fake_server import Faults, count_tokens, prompt_of
 
 GOOGLE_KEY = "fake-google-key-for-tests-1234"
 GEMINI_KEY = "fake-gemini-key-for-tests-5678"
@@ -38,11 +38,12 @@ def _fake_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def words(text: str) -> int:
-    return len(text.split())
+    """What the fakes count as a text's tokens."""
+    return count_tokens(text)
 
 
 def gemini_prompt_words(request: dict[str, Any]) -> int:
-    """What the fake counts as a request's prompt tokens: a token per word of every text part."""
+    """What the fake counts as a request's prompt tokens: the tokens of every text part."""
     contents = [*request.get("contents", []), request.get("systemInstruction") or {}]
     return sum(words(str(part.get("text", ""))) for content in contents for part in content.get("parts", []))
 
@@ -137,7 +138,8 @@ def test_a_gemini_model_at_a_local_url_has_no_list_price(gemini_server, openai_s
                  "--quiet"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     # gpt-4o-mini and gemini-2.0-flash have list prices, but not at 127.0.0.1
-    assert manifest["usage_by_model"][f"google_genai:{GEMINI}@{chair.base_url}"]["output_tokens"] == 2
+    label = f"google_genai:{GEMINI}@{chair.base_url}"
+    assert manifest["usage_by_model"][label]["output_tokens"] == count_tokens("Rating: 2")
     assert manifest["counts"]["cost_usd"] is None
 
 

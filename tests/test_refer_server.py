@@ -15,7 +15,7 @@ from jurygraph.cli import main
 from jurygraph.running.datasets import load_dataset
 from jurygraph.running.rundir import read_results
 from jurygraph.running.runner import run
-from jurygraph.testing.fake_server import Faults, prompt_of
+from jurygraph.testing.fake_server import Faults, count_tokens, prompt_of, prompt_tokens
 
 PEER_RATINGS = {"peer1": 1, "peer2": 2, "peer3": 3}
 AC_RATINGS = [1, 2, 3, 3, 2, 3, 3, 1, 2, 3, 3, 3, 2, 2, 3, 1, 3, 2, 3, 3]  # the 20 samples, by choice index
@@ -59,9 +59,9 @@ def test_turbo_sends_k_plus_1_requests_and_averages_the_20_ratings(openai_server
     assert ("First Assistant’s Evaluation: 1\n\nSecond Assistant’s Evaluation: 2\n\n"
             "Third Assistant’s Evaluation: 3\n\nEvaluation Form") in prompt
     assert out["usage"]["area_chair"]["requests"] == 1
-    # the prompt is paid once for the 20 samples (the server counts a prompt token per word)
-    assert out["usage"]["area_chair"]["input_tokens"] == len(prompt.split())
-    assert out["usage"]["area_chair"]["output_tokens"] == sum(len(responder(chair[0], i).split()) for i in range(20))
+    # the prompt is paid once for the 20 samples (the server's usage: fake_server.prompt_tokens, count_tokens)
+    assert out["usage"]["area_chair"]["input_tokens"] == prompt_tokens(chair[0]["messages"])
+    assert out["usage"]["area_chair"]["output_tokens"] == sum(count_tokens(responder(chair[0], i)) for i in range(20))
 
 
 def test_lite_sends_k_plus_1_requests_with_n_1(openai_server) -> None:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from jurygraph.cli import costs
 from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
@@ -33,7 +34,7 @@ from jurygraph.running.runner import RunAborted, RunSummary, run
 # manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
 # resume restores it from the manifest and refuses a different value.
 EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
-                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes")
+                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes", *costs.COST_EXECUTION_ONLY)
 # parser bookkeeping and the run directory itself, never saved as settings
 NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
 # a plan above this many requests per item asks for --yes
@@ -68,9 +69,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                          help="final (default): each item's final checkpoint (its whole history, for show and "
                               "resume); all: every step's, for time travel")
     runopts.add_argument("--prices", help="JSON price table (USD per 1M tokens) merged over the built-in one")
-    runopts.add_argument("--quiet", action="store_true", help="no progress bar")
+    runopts.add_argument("--quiet", action="store_true", help="no progress bar, no estimate line before the run")
     runopts.add_argument("--yes", action="store_true",
                          help=f"run a plan of more than {REQUESTS_PER_ITEM_LIMIT} requests per item without asking")
+    costs.add_cost_arguments(parser)
 
 
 
@@ -149,6 +151,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
     validate_numbers(args, args.protocol_dests)
     check_options(args.protocol, explicit_dests(args.argv))
+    costs.check_cost_options(args, explicit_dests(args.argv))
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
@@ -172,6 +175,9 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
                          "(a smoke-test model: its ratings carry no signal)")
+    prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
+    if args.dry_run:
+        return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
     per_item = setup.requests_per_item()
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
@@ -194,12 +200,12 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
         "invocations": [*previous.get("invocations", []), invocation],
     }
-    prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
+    budget = costs.before_run(args, setup, context, items, prices)
     try:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
                       resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
-                      manifest=manifest, prices=prices)
+                      manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args))
     except KeyboardInterrupt as stop:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130

@@ -63,6 +63,12 @@ class ProtocolSetup:
             count *= 2  # both answer orders
         return count + self.escalation_requests
 
+    def stop_bounds(self) -> tuple[str, str] | None:
+        """When a plan may stop early, what gives its fewest and its most requests (what a dry run scripts);
+        None for a fixed plan."""
+        protocol = PROTOCOLS.get(str(self.params.get("protocol")))
+        return protocol.bounds(self.params) if protocol and protocol.bounds else None
+
 
 def _by_nodes(setup: ProtocolSetup) -> int:
     """A protocol without its own plan: two requests (a call and a re-ask) per node, loops not counted."""
@@ -174,6 +180,7 @@ class Protocol:
     paper_positions: bool = False
     own_calibration: Callable[[ProtocolSetup, str, argparse.Namespace], ProtocolSetup] | None = None
     requests: Callable[[dict[str, Any]], int] | None = None  # most requests per item, from the parameters
+    bounds: Callable[[dict[str, Any]], tuple[str, str] | None] | None = None  # what gives the fewest/most requests
     options: tuple[str, ...] = ()  # the protocol options (dests) it reads; giving another one is an error
     # its single-agent form: what a stronger model runs alone on an escalated item (--escalate-to without
     # --escalate-protocol), with the most requests it costs
@@ -201,6 +208,23 @@ def _debate_plan(params: dict[str, Any]) -> int:
     n = int(params.get("max_iterations") or 1)
     # n Scorer turns (each may be re-asked) and n Critic reviews, the tie-breaker (and its re-ask), the Commander
     return 3 * n + (2 if params.get("tie_breaker") else 0) + (1 if params.get("commander_llm") else 0)
+
+
+def _chateval_bounds(params: dict[str, Any]) -> tuple[str, str] | None:
+    fewest, most = [], []
+    if params.get("stop_when"):
+        fewest.append("the referees agree in round 1")
+        most.append(f"the referees never agree ({int(params.get('turns') or 2)} rounds)")
+    if params.get("devil"):
+        fewest.append("the devil's advocate says NO ISSUE after turn 1")
+        most.append("the devil's advocate always objects")
+    return ("; ".join(fewest), "; ".join(most)) if fewest else None
+
+
+def _debate_bounds(params: dict[str, Any]) -> tuple[str, str]:
+    n = int(params.get("max_iterations") or 1)
+    tie = ", then the tie-breaker" if params.get("tie_breaker") else ""
+    return "the Critic says NO ISSUE at its first review", f"the Critic never says NO ISSUE ({n} reviews{tie})"
 
 
 def _refer_plan(params: dict[str, Any]) -> int:
@@ -303,11 +327,13 @@ _FORM_FILLING = ("samples", "estimator", "sample_temperature", "fluency_scale")
 
 PROTOCOLS: dict[str, Protocol] = {
     "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True, requests=_chateval_plan,
+                         bounds=_chateval_bounds,
                          options=(*_PANEL, "strategy", "turns", "summary_mode", "aggregate", "stop_when",
                                   "consensus_tolerance", "devil", "critic", "no_issue_rule", *_CALIBRATION)),
     "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate,
-                       requests=_debate_plan, options=("critic", "max_iterations", "tie_breaker", "no_issue_rule",
-                                                       "commander_llm", *_CALIBRATION)),
+                       requests=_debate_plan, bounds=_debate_bounds,
+                       options=("critic", "max_iterations", "tie_breaker", "no_issue_rule", "commander_llm",
+                                *_CALIBRATION)),
     "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan,
                       options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "feedback",
                                "refer_template", "prompt_file", "peer_discussion", *_CALIBRATION),

@@ -5,6 +5,12 @@ A node's logic is written once as a generator that *yields* :class:`ModelRequest
 them, to be sent concurrently) and receives :class:`ModelReply` objects back, then returns its state
 update. :func:`agent_node` turns such a generator into a LangGraph node with both a sync and an async
 implementation, so graphs work with ``invoke`` in a notebook and with ``ainvoke`` in the runner.
+
+Two hooks on the runtime context serve the cost features (issue 20). ``JuryContext.replies``, a
+:class:`ReplySource`, answers the calls the cache does not hold instead of the provider: the dry run's synthetic
+replies, or batch mode's replies from a provider batch (a call still to be batched stops its item's graph with
+LangGraph's ``interrupt``). ``JuryContext.on_usage`` hears every paid call's usage as it is paid (the runner's
+live spend for ``--max-cost``, batch mode's per-item usage).
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import get_runtime
 
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
@@ -63,6 +70,40 @@ class ModelReply:
     model: str = ""
 
 
+@dataclass(frozen=True)
+class PendingCall:
+    """A call the cache does not answer, as a :class:`ReplySource` sees it."""
+
+    key: str | None  # its LLM cache key (None without a cache)
+    kind: str  # "text", "structured" or "samples"
+    messages: Sequence[BaseMessage]
+    request: ModelRequest
+    resolved: ResolvedModel
+    model: Any  # the chat model bound with the request's parameters (what would be sent)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A reply source's answer: what the provider call would have returned (an AIMessage, ``(raw, parsed)`` for
+    a structured call, the list of samples), whether it was paid at batch prices, whether this call pays for it
+    (identical calls batched as one line are paid by the first that reads it), and whether it may be cached (a
+    provider's reply is; the dry run's synthetic one never)."""
+
+    out: Any
+    batch: bool = False
+    paid: bool = True
+    cache: bool = True
+
+
+class ReplySource(Protocol):
+    """Answers a call in place of the provider, or returns None to let it go to the provider."""
+
+    def answer(self, call: PendingCall) -> Answer | None: ...
+
+
+# usage keys beside requests/input_tokens/output_tokens: the part of them that went through a provider batch
+BATCH_COUNTS = ("batch_requests", "batch_input_tokens", "batch_output_tokens")
+
 NodeBody = Callable[[dict[str, Any]], Generator[Any, Any, dict[str, Any]]]
 
 
@@ -75,6 +116,8 @@ def agent_node(body: NodeBody, name: str, *,
     def run_sync(state: dict[str, Any]) -> dict[str, Any]:
         try:
             return _drive_sync(body(state), current_context())
+        except GraphBubbleUp:
+            raise  # an interrupt (a call waiting for its batch) is not a failure
         except Exception as err:
             if on_failure is None:
                 raise
@@ -83,6 +126,8 @@ def agent_node(body: NodeBody, name: str, *,
     async def run_async(state: dict[str, Any]) -> dict[str, Any]:
         try:
             return await _drive_async(body(state), current_context())
+        except GraphBubbleUp:
+            raise
         except Exception as err:
             if on_failure is None:
                 raise
@@ -258,6 +303,9 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
     hit = ctx.cache.get(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
+    answered = _answered(ctx, PendingCall(cache_key, kind, messages, req, resolved, model), usage)
+    if answered is not None:
+        return answered
     gate = _gate(ctx, resolved)
 
     config = _trace(req)
@@ -274,7 +322,7 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
             return model.invoke(list(messages), config)
 
     out = _retry_sync(send)
-    _account(usage, req, resolved, out)
+    _account(usage, req, resolved, out, ctx)
     if cache_key:
         ctx.cache.put(cache_key, _encode(kind, out))  # type: ignore[union-attr]
     return out
@@ -288,6 +336,9 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
     hit = await ctx.cache.aget(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
+    answered = _answered(ctx, PendingCall(cache_key, kind, messages, req, resolved, model), usage)
+    if answered is not None:
+        return answered
     gate = _gate(ctx, resolved)
 
     config = _trace(req)
@@ -304,10 +355,25 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
             return await model.ainvoke(list(messages), config)
 
     out = await _retry_async(send)
-    _account(usage, req, resolved, out)
+    _account(usage, req, resolved, out, ctx)
     if cache_key:
         await ctx.cache.aput(cache_key, _encode(kind, out))  # type: ignore[union-attr]
     return out
+
+
+def _answered(ctx: JuryContext, call: PendingCall, usage: dict[str, dict[str, Any]]) -> Any | None:
+    """The context's reply source's answer to a call the cache missed (paid and cached like a provider's), or
+    None: send it. The source may also stop the graph (an interrupt: the call waits for a batch)."""
+    if ctx.replies is None:
+        return None
+    answer: Answer | None = ctx.replies.answer(call)
+    if answer is None:
+        return None
+    if answer.paid:
+        _account(usage, call.request, call.resolved, answer.out, ctx, batch=answer.batch)
+    if call.key and ctx.cache and answer.cache:
+        ctx.cache.put(call.key, _encode(call.kind, answer.out))
+    return answer.out
 
 
 def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
@@ -508,17 +574,26 @@ def effective_params(model: Any, req: ModelRequest) -> dict[str, Any]:
     return out
 
 
-def _account(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: ResolvedModel, out: Any) -> None:
-    """Add tokens and requests to the agent's usage; n native samples count as one request."""
+def _account(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: ResolvedModel, out: Any,
+             ctx: JuryContext, *, batch: bool = False) -> None:
+    """Add tokens and requests to the agent's usage (and tell ``ctx.on_usage``); n native samples count as one
+    request. ``batch``: paid at batch prices, also counted under ``batch_*``."""
     messages = out if isinstance(out, list) else [out[0] if isinstance(out, tuple) else out]
-    entry = _usage_entry(usage, req, resolved)
-    entry["requests"] += 1 if (not isinstance(out, list) or resolved.native_n) else len(out)
+    paid = {"requests": 1 if (not isinstance(out, list) or resolved.native_n) else len(out),
+            "input_tokens": 0, "output_tokens": 0}
     # with native n, OpenAI-compatible clients put the WHOLE response's usage (the prompt once, every choice's
     # completion) on each choice's message: count it once, not n times
     for message in messages[:1] if resolved.native_n else messages:
         meta = getattr(message, "usage_metadata", None) or {}
-        entry["input_tokens"] += int(meta.get("input_tokens", 0))
-        entry["output_tokens"] += int(meta.get("output_tokens", 0))
+        paid["input_tokens"] += int(meta.get("input_tokens", 0))
+        paid["output_tokens"] += int(meta.get("output_tokens", 0))
+    if batch:
+        paid.update({f"batch_{key}": paid[key] for key in ("requests", "input_tokens", "output_tokens")})
+    entry = _usage_entry(usage, req, resolved)
+    for key, value in paid.items():
+        entry[key] = entry.get(key, 0) + value
+    if ctx.on_usage is not None:
+        ctx.on_usage({req.agent: {"role": req.role, "model": resolved.label, **paid}})
 
 
 # --- cache plumbing: the key covers everything that changes the answer, including the sample count ---

@@ -15,7 +15,7 @@ import os
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -273,6 +273,10 @@ class JuryContext:
     gates: SkipJsonSchema[ProviderGates | None] = None
     structured_output: bool = False
     gen: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # issue 20's hooks, read by jurygraph.llm.calls: a ReplySource answering the calls the cache misses instead of
+    # the provider (the dry run, batch mode), and a callback hearing each paid call's usage ({agent: counts})
+    replies: SkipJsonSchema[Any] = None
+    on_usage: SkipJsonSchema[Callable[[dict[str, dict[str, Any]]], None] | None] = None
 
     def gen_for(self, agent: str, role: str) -> dict[str, Any]:
         """The user's generation overrides for one agent: every agent's, then its role's, then its own."""
@@ -323,6 +327,10 @@ def uses_local_model(context: JuryContext) -> bool:
 
 
 def model_label(model: BaseChatModel) -> str:
+    """The label of a chat model instance: its own ``jurygraph_label`` (a stand-in for a spec), else class:name."""
+    label = getattr(model, "jurygraph_label", None)
+    if label:
+        return str(label)
     name = getattr(model, "model_name", None) or getattr(model, "model", None)
     return f"{type(model).__name__}:{name}" if name else type(model).__name__
 
@@ -338,7 +346,7 @@ def supports_structured(model: BaseChatModel) -> bool | None:
     """
     explicit = getattr(model, "jurygraph_structured", None)
     if explicit is not None:
-        return bool(explicit)
+        return None if explicit == "when_asked" else bool(explicit)  # "when_asked": a stand-in for such a client
     return None if type(model).__name__ in {"ChatOpenAI", "AzureChatOpenAI", "ChatGoogleGenerativeAI"} else False
 
 

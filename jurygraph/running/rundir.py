@@ -5,6 +5,9 @@
     RUN_DIR/manifest.json      what defines the run (protocol, models, dataset, options) and its invocations
     RUN_DIR/checkpoints.sqlite one LangGraph thread per item (thread_id = item id)
     RUN_DIR/llm_cache.sqlite   every answered model call
+    RUN_DIR/spend.json         what the run has paid so far, over every invocation (the budget's ground)
+    RUN_DIR/batches.jsonl      the provider batches of a --batch run: each submitted, collected, settled
+    RUN_DIR/batches/           the batch files sent to the provider (one per batch, kept until it is settled)
     RUN_DIR/run.lock           held (flock) by the one process writing the directory
 
 The lock is an ``fcntl.flock`` on ``run.lock``: the kernel drops it when its holder exits, however it
@@ -28,6 +31,9 @@ AWAITING_REVIEW = "awaiting_review"
 MANIFEST = "manifest.json"
 CHECKPOINTS = "checkpoints.sqlite"
 CACHE = "llm_cache.sqlite"
+SPEND = "spend.json"
+BATCHES = "batches.jsonl"
+BATCH_FILES = "batches"
 LOCK = "run.lock"
 
 
@@ -62,10 +68,58 @@ def read_manifest(out_dir: str | Path) -> dict[str, Any] | None:
 
 def write_manifest(out_dir: str | Path, data: Mapping[str, Any]) -> None:
     """Replace the manifest atomically (a crash leaves the old one or the new one, never half of one)."""
-    out = Path(out_dir)
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, out / MANIFEST)
+    _replace_json(Path(out_dir) / MANIFEST, data, indent=2)
+
+
+def read_spend(out_dir: str | Path) -> dict[str, Any] | None:
+    """What the run has paid so far (requests, tokens, USD), or None before its first paid call."""
+    path = Path(out_dir) / SPEND
+    if not path.exists():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None
+    return data
+
+
+def write_spend(out_dir: str | Path, data: Mapping[str, Any]) -> None:
+    _replace_json(Path(out_dir) / SPEND, data)
+
+
+def read_batch_events(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The batch ledger of a --batch run, oldest first (a torn last line from a crash is ignored)."""
+    path = Path(out_dir) / BATCHES
+    if not path.exists():
+        return []
+    events = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            with contextlib.suppress(json.JSONDecodeError):
+                events.append(json.loads(line))
+    return events
+
+
+def append_batch_event(out_dir: str | Path, event: Mapping[str, Any]) -> None:
+    """Add one event to the batch ledger, synced before returning: a batch id is on disk before anything else
+    happens, so a process killed a moment later never submits the same calls again."""
+    with (Path(out_dir) / BATCHES).open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(event, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def batch_file(out_dir: str | Path, round_number: int, part: int) -> Path:
+    """Where a round's batch file (its requests, one JSON line each) is written before it is uploaded."""
+    folder = Path(out_dir) / BATCH_FILES
+    folder.mkdir(exist_ok=True)
+    return folder / f"round-{round_number:03d}-{part}.jsonl"
+
+
+def _replace_json(path: Path, data: Mapping[str, Any], indent: int | None = None) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def replace_result(out_dir: str | Path, record: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import errno
+import functools
 import platform
 import signal
 import sqlite3
@@ -42,10 +43,12 @@ from jurygraph.judging.doubt import decided_by, doubt_signals
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import add_usage
 from jurygraph.llm.cache import LLMCache
-from jurygraph.llm.calls import ProviderUnavailable
+from jurygraph.llm.calls import BATCH_COUNTS, ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
+from jurygraph.running.batch import BatchOptions, BatchRounds, paused_for_review, waits_for_batch
+from jurygraph.running.budget import Budget, SpendMeter
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.datasets import repeated
 from jurygraph.running.rundir import (
@@ -63,6 +66,7 @@ from jurygraph.running.rundir import (
 __all__ = ["RunAborted", "RunSummary", "arun", "run"]
 
 DUPLICATE_IDS = "item ids must be unique within a run"
+EXIT_BUDGET = 3  # the run stopped at its budget: --resume with a higher one continues
 
 
 class RunAborted(RuntimeError):
@@ -192,6 +196,8 @@ async def arun(
     prices: Mapping[str, Any] | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     on_token: Callable[[str, str, str], None] | None = None,
+    budget: Budget | None = None,
+    batch: BatchOptions | None = None,
 ) -> RunSummary:
     """Judge every item with ``graph`` and write the run directory; returns the summary.
 
@@ -202,6 +208,9 @@ async def arun(
     write per item when the LLM cache is on), ``"all"`` every step's (time travel); see
     :mod:`jurygraph.running.checkpoints`.
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
+    ``budget``: stop starting items before the run's spend (``RUN_DIR/spend.json``, every invocation's) would
+    pass it (:mod:`jurygraph.running.budget`); the run then ends with :class:`RunAborted` (exit code 3).
+    ``batch``: send the calls through the provider's Batch API, in rounds (:mod:`jurygraph.running.batch`).
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
     """
@@ -215,7 +224,8 @@ async def arun(
         return await _arun_locked(graph, items, out, context=context, concurrency=concurrency,
                                   checkpoint=checkpoint, cache=cache, resume=resume,
                                   keep_checkpoints=keep_checkpoints, progress=progress,
-                                  manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
+                                  manifest=manifest, prices=prices, on_result=on_result, on_token=on_token,
+                                  budget=budget, batch=batch)
 
 
 async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], out: Path, *,
@@ -243,7 +253,8 @@ class _Run:
                  checkpoint: str | None, cache: bool | str | Path, resume: bool, keep_checkpoints: KeepCheckpoints,
                  progress: bool, manifest: Mapping[str, Any] | None, prices: Mapping[str, Any] | None,
                  on_result: Callable[[dict[str, Any]], None] | None,
-                 on_token: Callable[[str, str, str], None] | None) -> None:
+                 on_token: Callable[[str, str, str], None] | None, budget: Budget | None = None,
+                 batch: BatchOptions | None = None) -> None:
         self.out, self.concurrency, self.checkpoint = out, concurrency, checkpoint
         # the items are pulled one at a time as workers free up (a streamed dataset is never held whole); the
         # total is known when the source has a length (a list, a Dataset)
@@ -261,6 +272,9 @@ class _Run:
         self.still_waiting: set[str] = set()  # items a previous invocation paused for review, left as they were
         self.protocol = str(self.manifest_given.get("protocol") or "")
         self.traced = _tracing()
+        self.budget, self.stopped = budget, ""  # stopped: "budget" once the budget stopped starting items
+        self.batch = batch
+        self.item_finished = asyncio.Event()  # set (and replaced) as each item finishes: the budget's waiters
 
     def start(self) -> None:
         """What a resumed run keeps, the call cache, the manifest's start and the results file."""
@@ -274,6 +288,7 @@ class _Run:
             self.llm_cache = LLMCache(out / CACHE if self.cache is True else Path(self.cache))
             self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
         self.summary = RunSummary(out_dir=str(out))
+        self.meter = SpendMeter(out, self.prices)
         self.manifest: dict[str, Any] = {
             **self.manifest_given, "started": datetime.now(UTC).isoformat(), "versions": _versions(),
             "concurrency": self.concurrency, "items": self.total,
@@ -312,6 +327,11 @@ class _Run:
 
     async def judge_all(self, app: Any) -> None:
         """Judge the items still to do, ``concurrency`` at a time; the first fatal error cancels the others."""
+        if self.batch is not None:  # --batch: the same items in rounds of provider batches
+            rounds = BatchRounds(self, self.batch, record=item_record, fatal=_fatal, trace=trace_config,
+                                 stop=RunAborted)
+            await rounds.judge_all(app)
+            return
         # a store that held no thread when the run began has none of this run's items but those it starts
         # itself: reading each item's state first (~4 database round trips through aiosqlite's thread)
         # would find nothing
@@ -339,7 +359,7 @@ class _Run:
                 self.bar.close()
 
     async def _worker(self, app: Any, fresh: bool) -> None:
-        while not self.aborted:
+        while not self.aborted and not self.stopped:
             try:
                 item = self.next_item()
             except RunAborted as stop:
@@ -349,6 +369,8 @@ class _Run:
                 self.aborted.append(RunAborted(f"reading the items: {err}", exit_code=2))
                 return
             if item is None:
+                return
+            if not await self.admitted(item):
                 return
             try:
                 record = await self.judge(app, item, fresh)
@@ -361,15 +383,33 @@ class _Run:
                 return
             self.tally(record)
 
+    async def admitted(self, item: EvalItem, wait: bool = True) -> bool:
+        """Whether the budget lets this item start (it then counts as in flight). While items in flight hold
+        reserves that keep it out, it waits for one to finish (its actual spend replaces its reserve); when none
+        is left in flight (or ``wait`` is off: a batch run admits before its first round) and it still does not
+        fit, the run stops starting items (this one stays pending)."""
+        while self.budget is not None and not self.budget.admits(self.meter):
+            if self.stopped or not self.meter.in_flight or not wait:
+                self.stopped = "budget"
+                return False
+            await self.item_finished.wait()
+        self.meter.started(item.id)
+        return True
+
     async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
         """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
         config: RunnableConfig = {"configurable": {"thread_id": item.id}}
+        # every paid call counts against the run's spend as it is paid, and against this item's reserve
+        context = dataclasses.replace(self.context, on_usage=functools.partial(self.meter.paid, item.id))
         if self.traced:  # LangGraph copies a run's metadata into every checkpoint: only when a trace needs it
             config.update(trace_config(item.id, self.protocol, self.out.name))
         snapshot = _NO_STATE if fresh else await app.aget_state(config)
-        if snapshot.interrupts:  # waiting for a person (`jurygraph review`): nothing to run, nothing to pay
+        if paused_for_review(snapshot.interrupts):  # waiting for a person (`jurygraph review`): nothing to pay
             self.still_waiting.add(item.id)  # its usage was paid (and counted) by the invocation that paused it
             return item_record(item, snapshot.values, AWAITING_REVIEW)
+        if waits_for_batch(snapshot.interrupts):  # a --batch run resumed online: afresh, the cache replays its answers
+            await app.checkpointer.adelete_thread(item.id)
+            snapshot = _NO_STATE
         try:
             # pending tasks, not `next`: a kill between a node's saved writes and the step's checkpoint
             # leaves next == () with the finished task still pending; it must be resumed, not restarted
@@ -380,9 +420,9 @@ class _Run:
             graph_input = None if snapshot.values and snapshot.tasks else {
                 "item": item.model_dump(mode="json", exclude_none=True)}
             if self.on_token is None:
-                values = await app.ainvoke(graph_input, config, context=self.context, durability=self.mode)
+                values = await app.ainvoke(graph_input, config, context=context, durability=self.mode)
             else:
-                values = await _streamed(app, graph_input, config, self.context, item.id, self.on_token, self.mode)
+                values = await _streamed(app, graph_input, config, context, item.id, self.on_token, self.mode)
             if self.keep_checkpoints == "final" and self.mode != "exit":
                 await keep_final_only(app.checkpointer, item.id)
             return item_record(item, values, AWAITING_REVIEW if values.get("__interrupt__") else "ok")
@@ -407,10 +447,15 @@ class _Run:
             summary.failed += 1
             summary.failures[record["id"]] = record.get("error", "")
         summary.missing_judgments += int(record.get("n_missing", 0))
+        spent = self.meter.finished(record["id"])
+        if self.budget is not None:
+            self.budget.note(spent)
+            self.item_finished.set()
+            self.item_finished = asyncio.Event()
+        # an item a previous invocation paused for review: its usage was paid and counted by that invocation
         usage = {} if record["id"] in self.still_waiting else record.get("usage") or {}
         self.usage = add_usage(self.usage, {
-            agent: {"role": entry.get("role"), "model": entry.get("model"),
-                    **{key: int(entry.get(key, 0)) for key in COUNTED}}
+            agent: {"role": entry.get("role"), "model": entry.get("model"), **_counts(entry)}
             for agent, entry in usage.items()})
         summary.requests, summary.input_tokens, summary.output_tokens = _counted(self.usage.values())
         _note_generation(self.generation, record)
@@ -441,6 +486,13 @@ class _Run:
             usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
             attempts_by_model={label: n for label, n in attempts.items() if n > 0},
         )
+        self.meter.save()
+        self.manifest["spend"] = self.meter.total.as_json()  # the whole run's, every invocation's
+        if self.budget is not None:
+            self.manifest["budget"] = self.budget.as_json()
+        self.manifest["stopped"] = self.stopped or None
+        if self.budget is not None and self.stopped == "budget" and not self.aborted:
+            self.aborted.append(RunAborted(self.budget.describe(self.meter), exit_code=EXIT_BUDGET))
         if self.aborted:
             self.manifest["aborted"] = str(self.aborted[0])
         try:
@@ -524,10 +576,15 @@ def _counted(entries: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
     return tuple(sum(int(entry.get(key, 0)) for entry in rows) for key in COUNTED)
 
 
+def _counts(entry: Mapping[str, Any]) -> dict[str, int]:
+    """A usage entry's counts: requests and tokens, and the batch part of them when there is one."""
+    return {key: int(entry.get(key, 0)) for key in (*COUNTED, *BATCH_COUNTS) if key in COUNTED or key in entry}
+
+
 def _by_model(usage: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
     totals: dict[str, dict[str, int]] = {}
     for entry in usage.values():
-        totals = add_usage(totals, {str(entry.get("model")): {key: int(entry.get(key, 0)) for key in COUNTED}})
+        totals = add_usage(totals, {str(entry.get("model")): _counts(entry)})
     return totals
 
 

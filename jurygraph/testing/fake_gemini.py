@@ -2,7 +2,8 @@
 (through ``google-genai``) sends when given ``base_url``.
 
 It answers ``POST /{version}/models/{model}:generateContent`` in Gemini's JSON: ``candidateCount``
-candidates, ``usageMetadata`` (a token per word, the prompt counted once per request), ``modelVersion``; a
+candidates, ``usageMetadata`` (tokens as :func:`~jurygraph.testing.fake_server.count_tokens` counts
+them, the prompt once per request), ``modelVersion``; a
 request with ``generationConfig.responseMimeType: application/json`` gets the responder's text as is (the
 responder decides the JSON, as the OpenAI fake leaves ``response_format`` to it). Faults, latency and the
 request log are :class:`~jurygraph.testing.fake_server.FakeServer`'s; errors use Gemini's error body
@@ -22,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from jurygraph.testing.fake_server import FakeServer, reply_parts
+from jurygraph.testing.fake_server import FakeServer, count_tokens, reply_parts
 
 _ENDPOINT = re.compile(r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:?]+):(?P<method>generateContent|"
                        r"streamGenerateContent)(?:\?.*)?$")
@@ -62,18 +63,18 @@ class FakeGeminiServer(FakeServer):
     def _completion(self, request: dict[str, Any], model: str) -> dict[str, Any]:
         config = request.get("generationConfig") or {}
         asked = {**request, "model": model}
-        prompt_words = sum(len(str(part.get("text", "")).split())
+        prompt = sum(count_tokens(str(part.get("text", "")))
                            for content in [*request.get("contents", []), request.get("systemInstruction") or {}]
                            for part in content.get("parts", []))
-        candidates, completion_words = [], 0
+        candidates, completion = [], 0
         for i in range(int(config.get("candidateCount") or 1)):
             text, _ = reply_parts(self.responder(asked, i))
-            completion_words += len(text.split())
+            completion += count_tokens(text)
             candidates.append({"content": {"role": "model", "parts": [{"text": text}]},
                                "finishReason": "STOP", "index": i})
         return {"candidates": candidates, "modelVersion": model,
-                "usageMetadata": {"promptTokenCount": prompt_words, "candidatesTokenCount": completion_words,
-                                  "totalTokenCount": prompt_words + completion_words}}
+                "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": completion,
+                                  "totalTokenCount": prompt + completion}}
 
     def _stream(self, path: str, request: dict[str, Any], model: str) -> list[dict[str, Any]] | None:
         if ":streamGenerateContent" not in path:

@@ -1,10 +1,11 @@
 """A small OpenAI-compatible chat-completions server on 127.0.0.1, for tests and benchmarks.
 
 It speaks enough of ``POST /v1/chat/completions`` for the real ``langchain-openai`` client: ``n``
-choices, ``logprobs``/``top_logprobs``, ``response_format`` (the responder decides the content), usage,
-plus latency and fault injection (429 with Retry-After, 500, hangs for timeouts, unparseable bodies)
-and a log of every request. It binds to 127.0.0.1 only. :class:`FakeServer` holds what every fake provider
-shares (faults, request log, HTTP plumbing); ``jurygraph.testing.fake_gemini`` is the Gemini API beside it.
+choices, ``logprobs``/``top_logprobs``, ``response_format`` (the responder decides the content), usage
+(:func:`count_tokens`, :func:`prompt_tokens`), plus latency and fault injection (429 with Retry-After, 500,
+hangs for timeouts, unparseable bodies) and a log of every request. It binds to 127.0.0.1 only.
+:class:`FakeServer` holds what every fake provider shares (faults, request log, HTTP plumbing);
+``jurygraph.testing.fake_gemini`` is the Gemini API beside it.
 
     with FakeOpenAIServer(responder) as server:
         ChatOpenAI(base_url=server.base_url, api_key="test", model="fake")
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,33 @@ from typing import Any, ClassVar, Self
 
 # responder(request_json, choice_index) -> reply text, or a dict {"content": ..., "logprobs": ...}
 Responder = Callable[[dict[str, Any], int], "str | dict[str, Any]"]
+
+# The usage the fake servers report. A fair token count that owes nothing to the estimator's approximation
+# (jurygraph.llm.tokens: UTF-8 bytes / 4.8): the pieces GPT-4's pre-tokenizer cuts text into (cl100k_base's
+# pattern, written for Python's re: \p{L} is [^\W\d_]), one token each. BPE then splits rare words further, so it
+# is a slight undercount: 0.93-0.98 of o200k_base's count (mean 0.955) on the built-in datasets' prompts, and
+# equal to cl100k_base's pre-tokenizer on them. A chat request adds OpenAI's framing (3 per message, 1 per name,
+# 3 priming the reply).
+_PIECES = re.compile(r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\w]?[^\W\d_]+|\d{1,3}| ?(?:[^\s\w]|_)+[\r\n]*|\s*[\r\n]+"""
+                     r"""|\s+(?!\S)|\s+""")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of a text as the fake servers count them (see ``_PIECES``)."""
+    return len(_PIECES.findall(text))
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """Prompt tokens of an OpenAI chat request's messages, framing included."""
+    total = 3
+    for message in messages:
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        total += 3 + count_tokens(str(message.get("role", ""))) + count_tokens(str(content))
+        if message.get("name"):
+            total += 1 + count_tokens(str(message["name"]))
+    return total
 
 
 @dataclass
@@ -147,6 +176,14 @@ class FakeServer(LocalServer):
         """The chunks of a streamed answer when the request asks to stream, else None (a plain JSON answer)."""
         return None
 
+    def _post_other(self, path: str, content_type: str, raw: bytes) -> tuple[int, bytes, str] | None:
+        """A POST that is not a model request (an upload, a batch): (status, body, content type), else None."""
+        return None
+
+    def _get(self, path: str) -> tuple[int, bytes, str] | None:
+        """A GET (a file's content, a batch's status): (status, body, content type), else None (404)."""
+        return None
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -171,9 +208,36 @@ class FakeServer(LocalServer):
             def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(body).encode(), headers)
 
+            def _other(self, answer: tuple[int, bytes, str]) -> None:
+                status, body, content_type = answer
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                answer = server._get(self.path)
+                if answer is None:
+                    self._json(404, server._error(404, f"no endpoint {self.path}"))
+                else:
+                    self._other(answer)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
-                request = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                if len(raw) < length:  # the client went away mid-send (a kill): no request reached the server
+                    self.close_connection = True
+                    return
+                other = server._post_other(self.path, self.headers.get("Content-Type", ""), raw)
+                if other is not None:
+                    self._other(other)
+                    return
+                try:
+                    request = json.loads(raw or b"{}")
+                except ValueError:  # an upload to a provider that takes none: what a real server answers
+                    self._json(400, server._error(400, f"{self.path}: the body is not JSON"))
+                    return
                 model = server._model_of(self.path)
                 if model is None:
                     self._json(404, server._error(404, f"no endpoint {self.path}"))
@@ -229,10 +293,24 @@ class FakeServer(LocalServer):
 
 
 class FakeOpenAIServer(FakeServer):
-    """``POST /v1/chat/completions``: ``n`` choices, logprobs, usage (a token per word)."""
+    """``POST /v1/chat/completions``: ``n`` choices, logprobs, usage (:func:`prompt_tokens`, :func:`count_tokens`);
+    and the Files and Batches endpoints (``batches``: :class:`~jurygraph.testing.fake_batches.FakeBatchAPI`),
+    whose lines the same responder answers."""
 
     name = "fake-openai"
     refusals: ClassVar[dict[str, dict[str, Any]]] = _REFUSALS
+
+    def __init__(self, responder: Responder | None = None, **kwargs: Any) -> None:
+        from jurygraph.testing.fake_batches import FakeBatchAPI
+
+        super().__init__(responder, **kwargs)
+        self.batches = FakeBatchAPI(lambda body: self._completion(body, ""))
+
+    def _post_other(self, path: str, content_type: str, raw: bytes) -> tuple[int, bytes, str] | None:
+        return self.batches.post(path, content_type, raw) if "/files" in path or "/batches" in path else None
+
+    def _get(self, path: str) -> tuple[int, bytes, str] | None:
+        return self.batches.get(path)
 
     @property
     def base_url(self) -> str:
@@ -244,11 +322,11 @@ class FakeOpenAIServer(FakeServer):
     def _completion(self, request: dict[str, Any], model: str) -> dict[str, Any]:
         n = int(request.get("n") or 1)
         choices = []
-        prompt_words = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
-        completion_words = 0
+        prompt = prompt_tokens(request.get("messages", []))
+        completion = 0
         for i in range(n):
             content, logprobs = reply_parts(self.responder(request, i))
-            completion_words += len(content.split())
+            completion += count_tokens(content)
             choice: dict[str, Any] = {"index": i, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": content}}
             if request.get("logprobs") and logprobs is not None:
@@ -257,8 +335,7 @@ class FakeOpenAIServer(FakeServer):
         return {
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": request.get("model", "fake"), "choices": choices,
-            "usage": {"prompt_tokens": prompt_words, "completion_tokens": completion_words,
-                      "total_tokens": prompt_words + completion_words},
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
 
     def _error(self, status: int, message: str) -> dict[str, Any]:

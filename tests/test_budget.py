@@ -1,0 +1,101 @@
+"""--max-cost / --max-total-tokens: the run stops starting items before its spend would pass the budget, in-flight
+items finish, the manifest says `stopped: budget` and the spend, the command exits 3 with one line; a resume with
+a higher budget continues: nothing lost, no item and no call paid twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jurygraph.cli import main
+from jurygraph.running.budget import Budget, Spend, SpendMeter
+from jurygraph.running.rundir import read_results
+
+REPLY = "Evaluation evidence: both are fine.\nThe score of Assistant 1: 8\nThe score of Assistant 2: 6"
+PER_ITEM = 4  # chateval one-by-one, 2 referees x 2 turns, one order
+
+
+def args_for(server: Any, out: Path, *extra: str) -> list[str]:
+    return ["eval", "--protocol", "chateval", "--no-calibrate", "--dataset", "faireval", "--limit", "12",
+            "--model", "judge", "--base-url", server.base_url, "--gen", "*.max_tokens=40", "--out", str(out),
+            "--quiet", *extra]
+
+
+def manifest_of(out: Path) -> dict[str, Any]:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_the_budget_stops_the_run_and_a_higher_one_continues(openai_server, tmp_path: Path, capsys) -> None:
+    server = openai_server(lambda request, i: REPLY)
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"judge": {"input": 10.0, "output": 30.0}}))
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(args_for(server, out, "--prices", str(prices), "--max-cost", "0.2", "--concurrency", "4")) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jurygraph: stopped: budget reached: $0.")
+    assert "of --max-cost 0.2" in err[0] and f"--resume {out}" in err[0]
+    manifest = manifest_of(out)
+    assert manifest["stopped"] == "budget" and manifest["budget"]["max_cost_usd"] == 0.2
+    spend = manifest["spend"]
+    assert 0 < spend["cost_usd"] <= 0.2  # stopped before passing it
+    done = read_results(out)
+    assert 0 < len(done) < 12 and all(r["status"] == "ok" for r in done)  # in-flight items finished whole
+    assert spend["requests"] == len(server.requests) == PER_ITEM * len(done)
+    # the reserve of an item is the estimate's most expensive item with a margin: the next one did not fit
+    reserve = manifest["budget"]["reserve_per_item"]["cost_usd"]
+    assert spend["cost_usd"] + reserve > 0.2
+
+    assert main(["eval", "--resume", str(out), "--max-cost", "1"]) == 0
+    records = read_results(out)
+    assert sorted(r["id"] for r in records) == sorted({r["id"] for r in records}) and len(records) == 12
+    assert len(server.requests) == PER_ITEM * 12  # no call paid twice
+    manifest = manifest_of(out)
+    assert manifest["stopped"] is None and manifest["spend"]["requests"] == PER_ITEM * 12  # the whole run's
+    assert manifest["spend"]["cost_usd"] == pytest.approx(
+        sum(entry["input_tokens"] * 10 + entry["output_tokens"] * 30 for r in records
+            for entry in r["usage"].values()) / 1e6)
+
+
+def test_a_resume_keeps_the_budget_of_the_run(openai_server, tmp_path: Path) -> None:
+    server = openai_server(lambda request, i: REPLY)
+    out = tmp_path / "run"
+    assert main(args_for(server, out, "--max-total-tokens", "6000", "--concurrency", "2")) == 3
+    first = manifest_of(out)["spend"]
+    assert 0 < first["input_tokens"] + first["output_tokens"] <= 6000
+    assert main(["eval", "--resume", str(out)]) == 3  # the same budget, already spent: nothing more starts
+    assert manifest_of(out)["spend"] == first
+    assert main(["eval", "--resume", str(out), "--max-total-tokens", "1000000"]) == 0
+    assert len(read_results(out)) == 12 and len(server.requests) == PER_ITEM * 12
+
+
+def test_a_cost_budget_needs_a_price(openai_server, tmp_path: Path, capsys) -> None:
+    server = openai_server(lambda request, i: REPLY)
+    capsys.readouterr()
+    assert main(args_for(server, tmp_path / "run", "--max-cost", "1")) == 2
+    err = capsys.readouterr().err
+    assert "--max-cost: no model of this run has a price" in err and "--max-total-tokens" in err
+    assert server.requests == []
+
+
+def test_an_item_in_flight_keeps_its_reserve_less_what_it_spent(tmp_path: Path) -> None:
+    meter = SpendMeter(tmp_path)
+    budget = Budget(max_total_tokens=1150, reserve=Spend(input_tokens=300, output_tokens=100))
+    assert budget.admits(meter)
+    meter.started("a")
+    meter.started("b")
+    assert not budget.admits(meter)  # 0 spent + 2 x 400 in flight + 400 > 1150
+    meter.paid("a", {"x": {"model": "m", "requests": 1, "input_tokens": 350, "output_tokens": 0}})
+    assert not budget.admits(meter)  # 350 spent + (50 + 400) in flight + 400
+    budget.note(meter.finished("a"))  # a spent 350 (the reserve stays 400): 350 + 400 + 400
+    assert budget.admits(meter)
+    meter.paid("b", {"x": {"model": "m", "requests": 1, "input_tokens": 500, "output_tokens": 0}})
+    assert not budget.admits(meter)  # b went past its reserve: what it spent counts as it is: 850 + 0 + 400
+    budget.note(meter.finished("b"))
+    assert budget.reserve is not None and budget.reserve.tokens == 500  # the most an item spent
+    meter.save()
+    assert json.loads((tmp_path / "spend.json").read_text())["input_tokens"] == 850
+    assert SpendMeter(tmp_path).total.input_tokens == 850  # the next invocation starts from there
