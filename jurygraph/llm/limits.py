@@ -30,13 +30,19 @@ class ProviderLimit:
             raise ValueError("max in flight must be at least 1")
 
 
+def rate_limiter(requests_per_second: float) -> InMemoryRateLimiter:
+    """A token bucket of ``requests_per_second`` that holds at most a second's worth (at least one)."""
+    return InMemoryRateLimiter(requests_per_second=requests_per_second,
+                               check_every_n_seconds=min(0.05, 0.5 / requests_per_second),
+                               max_bucket_size=max(1.0, requests_per_second))
+
+
 class Gate:
     """What one request to a provider waits for: a rate token and an in-flight slot."""
 
     def __init__(self, limit: ProviderLimit) -> None:
         rps = limit.requests_per_second
-        self._rate = InMemoryRateLimiter(requests_per_second=rps, check_every_n_seconds=min(0.05, 0.5 / rps),
-                                         max_bucket_size=max(1.0, rps)) if rps else None
+        self._rate = rate_limiter(rps) if rps else None
         self._slots = limit.max_in_flight
         self._async: asyncio.Semaphore | None = None
         self._sync = threading.BoundedSemaphore(limit.max_in_flight) if limit.max_in_flight else None
@@ -75,8 +81,17 @@ class ProviderGates:
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
 
+    @property
+    def limits(self) -> dict[str, ProviderLimit]:
+        """The limits by provider key, as given."""
+        return dict(self._limits)
+
+    def key(self, provider: str) -> str | None:
+        """The limits a provider's requests count against: its own, else every provider's ('*'), else none."""
+        return provider if provider in self._limits else ANY_PROVIDER if ANY_PROVIDER in self._limits else None
+
     def gate(self, provider: str) -> Gate | None:
-        key = provider if provider in self._limits else ANY_PROVIDER if ANY_PROVIDER in self._limits else None
+        key = self.key(provider)
         if key is None:
             return None
         with self._lock:

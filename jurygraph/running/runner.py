@@ -40,13 +40,14 @@ from langgraph.types import Durability, StateSnapshot
 
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import add_usage
-from jurygraph.llm.cache import LLMCache
+from jurygraph.llm.cache_postgres import open_cache
 from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.datasets import repeated
+from jurygraph.running.distributed import RayOptions
 from jurygraph.running.rundir import (
     CACHE,
     CHECKPOINTS,
@@ -179,6 +180,8 @@ async def arun(
     prices: Mapping[str, Any] | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     on_token: Callable[[str, str, str], None] | None = None,
+    ray: str | RayOptions | None = None,
+    workers: int | None = None,
 ) -> RunSummary:
     """Judge every item with ``graph`` and write the run directory; returns the summary.
 
@@ -189,6 +192,9 @@ async def arun(
     write per item when the LLM cache is on), ``"all"`` every step's (time travel); see
     :mod:`jurygraph.running.checkpoints`.
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
+    ``ray``: judge the items on a Ray cluster (``"local"``, ``"auto"``, an address, or :class:`RayOptions`) with
+    ``workers`` workers, each running this runner over shards of the items (``concurrency`` items at a time per
+    worker); this process writes the run directory. See :mod:`jurygraph.running.distributed`.
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
     """
@@ -196,19 +202,26 @@ async def arun(
         duplicates = repeated(item.id for item in items)
         if duplicates:
             raise ValueError(f"{DUPLICATE_IDS}; repeated: {', '.join(duplicates[:10])}")
+    if ray is not None and on_token is not None:
+        raise ValueError("on_token (the live view) is not available with ray=: the models answer in other processes")
+    cluster = RayOptions.of(ray, workers)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
         return await _arun_locked(graph, items, out, context=context, concurrency=concurrency,
                                   checkpoint=checkpoint, cache=cache, resume=resume,
                                   keep_checkpoints=keep_checkpoints, progress=progress,
-                                  manifest=manifest, prices=prices, on_result=on_result, on_token=on_token)
+                                  manifest=manifest, prices=prices, on_result=on_result, on_token=on_token,
+                                  cluster=cluster)
 
 
 async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], out: Path, *,
-                       checkpoint: str | None, **options: Any) -> RunSummary:
+                       checkpoint: str | None, cluster: RayOptions | None, **options: Any) -> RunSummary:
     """The run's steps, with the run directory locked: start, judge every item, finish."""
     run = _Run(out, items, checkpoint=checkpoint, **options)
+    if cluster is not None:  # workers of a Ray cluster judge the items; this process writes the run directory
+        await cluster.judge(run, graph)
+        return run.finish()
     run.start()
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
         await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph)
@@ -247,31 +260,60 @@ class _Run:
         self.aborted: list[RunAborted] = []
         self.protocol = str(self.manifest_given.get("protocol") or "")
         self.traced = _tracing()
+        # what the workers of a Ray run counted (their HTTP attempts and cache hits are not this process's)
+        self.workers_attempts: Counter[str] = Counter()
+        self.workers_cache_hits = 0
+
+    def counters(self) -> dict[str, Any]:
+        """This process's HTTP attempts by model and call-cache hits since the invocation began."""
+        attempts = Counter(http_attempts)
+        attempts.subtract(self.attempts_before)
+        return {"attempts": {label: n for label, n in attempts.items() if n > 0},
+                "cache_hits": self.llm_cache.hits if self.llm_cache is not None else 0}
+
+    def shard_job(self, graph: StateGraph | CompiledStateGraph, *, context: JuryContext, checkpoint: str,
+                  cache: bool | str) -> ShardJob:
+        """This run's judging, for workers in other processes: ``context`` without this process's cache, the
+        shared ``checkpoint`` store and ``cache`` as the workers reach them."""
+        return ShardJob(graph, self.out, context, self.concurrency, checkpoint, cache, self.keep_checkpoints,
+                        self.protocol)
 
     def start(self) -> None:
         """What a resumed run keeps, the call cache, the manifest's start and the results file."""
         out = self.out
         if not self.resume and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
             raise FileExistsError(f"{out / RESULTS} exists: pass resume=True (--resume) or choose another --out")
-        # a resume keeps the finished items' lines (read as a stream, as they are copied) and only their ids
-        self.finished: set[str] = set()
-        self.llm_cache = None
-        if self.cache:
-            self.llm_cache = LLMCache(out / CACHE if self.cache is True else Path(self.cache))
-            self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
-        self.summary = RunSummary(out_dir=str(out))
+        self._prepare()
         self.manifest: dict[str, Any] = {
             **self.manifest_given, "started": datetime.now(UTC).isoformat(), "versions": _versions(),
             "concurrency": self.concurrency, "items": self.total,
             "checkpoint": redact_url(self.checkpoint) if self.checkpoint else CHECKPOINTS,
             "keep_checkpoints": self.keep_checkpoints,
         }
-        self.mode = durability(self.keep_checkpoints, cache=self.llm_cache is not None)
         # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
         self.manifest["ended"] = None
         write_manifest(out, self.manifest)
-        self.results = ResultsFile(out / RESULTS, self._kept() if self.resume else ())
+        self.results: ResultsFile | _Delivered = ResultsFile(out / RESULTS, self._kept() if self.resume else ())
         self.bar = _progress_bar(self.total, self.progress)
+
+    def _prepare(self) -> None:
+        """What every judging process needs: the finished ids (a resume fills them as it copies the finished
+        lines), the call cache, the summary, the checkpoint mode."""
+        self.finished: set[str] = set()
+        self.llm_cache = None
+        if self.cache:
+            self.llm_cache = open_cache(self.out / CACHE if self.cache is True else self.cache)
+            self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
+        self.summary = RunSummary(out_dir=str(self.out))
+        self.mode = durability(self.keep_checkpoints, cache=self.llm_cache is not None)
+
+    def start_shard(self, deliver: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
+        """:meth:`start` for a shard judged in a worker (:class:`ShardJob`): no run-directory file is touched (the
+        driver alone writes them); each record goes to ``deliver`` with this shard's :meth:`counters` so far."""
+        self._prepare()
+        self.manifest = {}
+        self.results = _Delivered(deliver, self.counters)
+        self.bar = None
 
     def _kept(self) -> Iterator[dict[str, Any]]:
         """The previous invocations' finished records, once each (a failed item is judged again)."""
@@ -295,6 +337,28 @@ class _Run:
             if self.bar is not None:
                 self.bar.update(1)
         return None
+
+    def next_or_stop(self) -> EvalItem | None:
+        """:meth:`next_item`, or None when the items cannot be read (a repeated id; the dataset moved, changed or
+        became unreadable): the run stops."""
+        try:
+            return self.next_item()
+        except RunAborted as stop:
+            self.aborted.append(stop)
+        except (OSError, ValueError) as err:
+            self.aborted.append(RunAborted(f"reading the items: {err}", exit_code=2))
+        return None
+
+    def stop(self, reason: str, exit_code: int = 1) -> None:
+        """Stop the run (:class:`RunAborted`): judging ends, finished items are kept."""
+        self.aborted.append(RunAborted(reason, exit_code=exit_code))
+
+    def stopped_by(self, err: BaseException) -> bool:
+        """Whether ``err`` (raised where items were judged) is a stop of the run; if so, the run stops."""
+        if isinstance(err, RunAborted):
+            self.aborted.append(err)
+            return True
+        return False
 
     async def judge_all(self, app: Any) -> None:
         """Judge the items still to do, ``concurrency`` at a time; the first fatal error cancels the others."""
@@ -320,32 +384,37 @@ class _Run:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
         finally:
-            self.results.close()
-            if self.bar is not None:
-                self.bar.close()
+            self.close_outputs()
+
+    def close_outputs(self) -> None:
+        """Close the results file and the progress bar (judging is over)."""
+        self.results.close()
+        if self.bar is not None:
+            self.bar.close()
 
     async def _worker(self, app: Any, fresh: bool) -> None:
         while not self.aborted:
-            try:
-                item = self.next_item()
-            except RunAborted as stop:
-                self.aborted.append(stop)
-                return
-            except (OSError, ValueError) as err:  # the dataset could not be read again (moved, changed, unreadable)
-                self.aborted.append(RunAborted(f"reading the items: {err}", exit_code=2))
-                return
+            item = self.next_or_stop()
             if item is None:
                 return
             try:
                 record = await self.judge(app, item, fresh)
-                self.results.write(record)
             except RunAborted as stop:
                 self.aborted.append(stop)
                 return
-            except OSError as err:  # the results file: disk full, I/O error
-                self.aborted.append(RunAborted(_os_reason(err, self.out / RESULTS), exit_code=2))
+            if not self.deliver(record):
                 return
-            self.tally(record)
+
+    def deliver(self, record: dict[str, Any]) -> bool:
+        """Write a finished item's record and count it; False when the results file cannot take it (disk full, I/O
+        error: the run stops). The Ray engine's driver delivers its workers' records here."""
+        try:
+            self.results.write(record)
+        except OSError as err:
+            self.aborted.append(RunAborted(_os_reason(err, self.out / RESULTS), exit_code=2))
+            return False
+        self.tally(record)
+        return True
 
     async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
         """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
@@ -405,18 +474,18 @@ class _Run:
         summary, out = self.summary, self.out
         summary.seconds = time.monotonic() - self.started
         _flush_traces()
-        attempts = Counter(http_attempts)
-        attempts.subtract(self.attempts_before)
-        summary.attempts = sum(max(0, n) for n in attempts.values())
+        counters = self.counters()
+        attempts = Counter(counters["attempts"]) + self.workers_attempts
+        summary.attempts = sum(attempts.values())
         summary.cost_usd = estimate_cost(self.usage, self.prices)
+        summary.cache_hits = counters["cache_hits"] + self.workers_cache_hits
         if self.llm_cache is not None:
-            summary.cache_hits = self.llm_cache.hits
             self.llm_cache.close()
         self.manifest.update(
             ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
             counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir")},
             usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
-            attempts_by_model={label: n for label, n in attempts.items() if n > 0},
+            attempts_by_model=dict(attempts),
         )
         if self.aborted:
             self.manifest["aborted"] = str(self.aborted[0])
@@ -431,6 +500,65 @@ class _Run:
         if summary.interrupted:
             raise KeyboardInterrupt(f"run interrupted; resume with --resume {out}")
         return summary
+
+
+@dataclass
+class ShardJob:
+    """A shard of a run judged in another process (a worker of the Ray engine, :mod:`jurygraph.running.distributed`)
+    by this runner: the same judging as :func:`arun`, from the same shared checkpoints and call cache, with each
+    record handed to ``deliver`` instead of written (the driver alone writes the run directory). Picklable: the
+    engine ships it to its workers."""
+
+    graph: StateGraph | CompiledStateGraph
+    out: Path
+    context: JuryContext
+    concurrency: int
+    checkpoint: str
+    cache: bool | str
+    keep_checkpoints: KeepCheckpoints
+    protocol: str
+
+    async def judge(self, items: Sequence[EvalItem],
+                    deliver: Callable[[dict[str, Any], dict[str, Any]], None]) -> dict[str, Any]:
+        """Judge ``items``, ``concurrency`` at a time; each record goes to ``deliver(record, counters)`` as it
+        finishes. Returns the shard's :meth:`_Run.counters`; raises :class:`RunAborted` as a run would stop."""
+        run = _Run(self.out, items, context=self.context, concurrency=self.concurrency, checkpoint=self.checkpoint,
+                   cache=self.cache, resume=False, keep_checkpoints=self.keep_checkpoints, progress=False,
+                   manifest={"protocol": self.protocol}, prices=None, on_result=None, on_token=None)
+        run.start_shard(deliver)
+        try:
+            async with open_checkpointer(self.checkpoint) as saver:
+                graph = self.graph
+                await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph)
+            counters = run.counters()
+        finally:
+            if run.llm_cache is not None:
+                run.llm_cache.close()
+        if run.aborted:
+            raise run.aborted[0]
+        if run.summary.interrupted:
+            raise asyncio.CancelledError("shard cancelled")
+        return counters
+
+    async def prepare_stores(self) -> None:
+        """Make the checkpoint store's tables (and say now, in one line, if it cannot be reached) before the
+        workers open it all at once: LangGraph's PostgreSQL migrations are not safe to run concurrently."""
+        async with open_checkpointer(self.checkpoint):
+            pass
+
+
+class _Delivered:
+    """A shard's results sink: each record goes to the driver with the shard's counters so far."""
+
+    def __init__(self, deliver: Callable[[dict[str, Any], dict[str, Any]], None],
+                 counters: Callable[[], dict[str, Any]]) -> None:
+        self._deliver, self._counters = deliver, counters
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._deliver(record, self._counters())
+
+    def close(self) -> None:
+        return None
 
 
 _NO_STATE = StateSnapshot(values={}, next=(), config={}, metadata=None, created_at=None, parent_config=None,
