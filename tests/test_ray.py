@@ -244,3 +244,21 @@ def test_cluster_options_need_ray_and_several_nodes_need_postgres(tmp_path: Path
         shared_state(Run(), three)  # type: ignore[arg-type]
     one = Cluster(address="local", nodes=1, cpus=2, driver_node="n", remote_driver=False)
     assert shared_state(Run(), one).on_this_machine  # type: ignore[arg-type]
+
+
+def test_an_error_every_item_would_hit_stops_a_ray_run_at_once(cluster: Cluster, openai_server: Any,
+                                                               items: list[Any], tmp_path: Path) -> None:
+    from jurygraph.running.runner import RunAborted
+    from jurygraph.testing.fake_server import Faults
+
+    server = openai_server(respond, faults=Faults(always="401"))
+    started = time.monotonic()
+    with pytest.raises(RunAborted, match="401 Unauthorized") as stopped:
+        run(create_chateval(), items, out_dir=tmp_path / "refused", context=context(server), concurrency=4,
+            ray="local", workers=2, progress=False)
+    assert time.monotonic() - started < 30
+    # no shard is run again for it (it is no worker's death), and no item is written as failed
+    assert stopped.value.summary is not None and stopped.value.summary.done == 0
+    assert len(server.requests) <= 2 * 4  # at most each worker's first requests
+    assert lines_of(tmp_path / "refused") == []
+    assert manifest(tmp_path / "refused")["aborted"].startswith("openai at http://127.0.0.1")

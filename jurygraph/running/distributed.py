@@ -196,8 +196,7 @@ def connected(options: RayOptions) -> Iterator[Cluster]:
             else:
                 ray.init(address=options.address, **common)
         except (ConnectionError, RuntimeError, ValueError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ConnectionError(f"Ray cluster {redact_url(options.address)}: {first}") from None
+            raise ConnectionError(f"Ray cluster {redact_url(options.address)}: {_first_line(err)}") from None
         started = True
     try:
         nodes = [node for node in ray.nodes() if node.get("Alive")]
@@ -355,6 +354,11 @@ def judge_shard(job: Any, items: Sequence[EvalItem], shard: str, inbox: Any, bud
 # --- the driver ------------------------------------------------------------------------------------------------
 
 
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _worker_name(worker: Mapping[str, Any]) -> str:
     return f"{worker['node']}:{worker['pid']}"
 
@@ -454,7 +458,8 @@ class _Driver:
             run.manifest["workers"] = per_worker
             for actor in (inbox, budget):
                 if actor is not None:
-                    ray.kill(actor)
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor)
 
     def _shard_size(self, workers: int) -> int:
         if self.options.shard_size:
@@ -491,7 +496,12 @@ class _Driver:
                 return
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
             # a finished shard's records are all in the inbox (its task waits for its puts before it returns)
-            self._receive(await inbox.take.remote(0 if ready else 0.2))
+            try:
+                messages = await inbox.take.remote(0 if ready else 0.2)
+            except ray.exceptions.RayError as err:  # the inbox's node died: the cluster is failing
+                self.run.stop(f"the Ray cluster failed: {_first_line(err)}")
+                return
+            self._receive(messages)
             for ref in ready:
                 shard = pending.pop(ref)
                 try:
@@ -521,13 +531,14 @@ class _Driver:
             return
         if cause is not None:
             raise cause
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         self.run.stop(f"shard {shard} was given up after {self.options.max_retries + 1} attempts "
-                      f"({type(err).__name__}: {first})")
+                      f"({type(err).__name__}: {_first_line(err)})")
 
     async def _stop(self, pending: dict[Any, str], inbox: Any, budget: Any) -> None:
-        """Cancel the shards still running (a stop or an interruption), keep the records they had sent, and give
-        their in-flight slots back."""
+        """Cancel the shards still running (a stop or an interruption), keep the records they had already sent,
+        and give their in-flight slots back. Never waits long nor fails: on Ctrl-C in a terminal a local
+        cluster's own processes get the signal too and may be gone. A record sent after this is not lost: its
+        item's checkpoint answers the resume."""
         import ray
 
         if not pending:
@@ -535,17 +546,15 @@ class _Driver:
         for ref in pending:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
-        with contextlib.suppress(Exception):
-            await asyncio.wait([asyncio.ensure_future(_settled(ref)) for ref in pending], timeout=10)
-        with contextlib.suppress(Exception):
-            self._receive(await inbox.take.remote(0))
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            self._receive(await asyncio.wait_for(_awaited(inbox.take.remote(0.5)), 5))
         if budget is not None:
             for shard in pending.values():
-                budget.end.remote(shard)
+                with contextlib.suppress(Exception):
+                    budget.end.remote(shard)
         pending.clear()
 
 
-async def _settled(ref: Any) -> None:
-    with contextlib.suppress(Exception):
-        await ref
+async def _awaited(ref: Any) -> Any:
+    return await ref
 
