@@ -73,7 +73,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument("--workers", type=int, help="with --ray: shards judged at once, each by a worker judging "
                                                      "--concurrency items at a time (default: the cluster's CPUs)")
     cluster.add_argument("--shard-size", type=int,
-                         help="with --ray: items per shard (default: a few shards per worker, 1 to 4 x "
+                         help="with --ray: items per shard (default: about 4 shards per worker, 1 to 16 x "
                               "--concurrency items each)")
     cluster.add_argument("--ray-dashboard", action="store_true",
                          help="with --ray local: start Ray's dashboard on 127.0.0.1:8265 (needs ray[default])")

@@ -62,8 +62,8 @@ class RayOptions:
     """Where and how a run is spread. ``address``: ``"local"`` (start a cluster in this process: this machine,
     127.0.0.1 only), ``"auto"`` (join the cluster ``ray start`` runs on this machine), or a cluster's address
     (``HOST:PORT``, ``ray://HOST:10001``). ``workers``: shards judged at once (default: the CPUs workers may use).
-    ``shard_size``: items per shard (default: enough shards for every worker to take a few, at least
-    ``concurrency`` items and at most 4 x ``concurrency`` each). ``dashboard``: with ``"local"``, start Ray's
+    ``shard_size``: items per shard (default: about 4 shards per worker, each of 1 to 16 x ``concurrency``
+    items; 4 x ``concurrency`` for a stream of unknown length). ``dashboard``: with ``"local"``, start Ray's
     dashboard (on 127.0.0.1:8265). ``max_retries``: how often a shard runs again after its worker died."""
 
     address: str = LOCAL
@@ -96,6 +96,9 @@ class RayOptions:
         """Judge ``run``'s items on the cluster: connect (or start one), check that the workers can share the
         run's state, start the run (its manifest and results file), drive the shards, and leave the totals for
         ``run.finish()``."""
+        if getattr(graph, "checkpointer", None) is not None:
+            raise ValueError("with ray=, the workers share the run's checkpoint store: pass the uncompiled graph "
+                             "(or one compiled without a checkpointer)")
         with connected(self) as cluster:
             await _Driver(self, run, graph, cluster).judge()
 
@@ -421,28 +424,33 @@ class _Driver:
         run, cluster = self.run, self.cluster
         state = shared_state(run, cluster)
         limits = run.context.gates.limits if run.context.gates is not None else {}
-        budget: Any = ray.remote(SharedBudget).options(num_cpus=0, max_concurrency=100_000).remote(limits) \
-            if limits else None
-        context = dataclasses.replace(run.context, cache=None,
-                                      gates=ClusterGates(budget, limits) if budget is not None else None)
-        shard_job = run.shard_job(self.graph, context=context, checkpoint=state.checkpoint, cache=state.cache)
-        await shard_job.prepare_stores()
+        context = dataclasses.replace(run.context, cache=None, gates=None)
+        try:  # before anything is written; Ray's own error for this is a page long
+            ray.cloudpickle.dumps(run.shard_job(self.graph, context=context, checkpoint="", cache=False))
+        except Exception as err:  # a chat model object or a callback that cannot leave this process
+            raise ValueError(f"with ray=, the graph and the context go to other processes and must pickle (model "
+                             f"specs such as 'openai:gpt-4o-mini' do): {_first_line(err)}") from None
+        await run.shard_job(self.graph, context=context, checkpoint=state.checkpoint, cache=False).prepare_stores()
         run.cache = state.cache  # the driver opens the workers' cache too: its table exists before they start
         run.start()
         workers = self.options.workers or max(1, cluster.cpus)
-        strategy: Any = NodeAffinitySchedulingStrategy(cluster.driver_node, soft=False) if state.on_this_machine \
-            else "SPREAD"
-        inbox: Any = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000).remote()
-        job = ray.put(shard_job)
-        task = ray.remote(judge_shard).options(num_cpus=1, max_retries=self.options.max_retries,
-                                               retry_exceptions=False, scheduling_strategy=strategy)
         size = self._shard_size(workers)
         run.manifest["ray"] = {
             "address": redact_url(cluster.address), "nodes": cluster.nodes, "workers": workers, "shard_size": size,
             "checkpoint": redact_url(state.checkpoint),
             "cache": redact_url(state.cache) if isinstance(state.cache, str) else state.cache,
-            "limits": "cluster-wide" if budget is not None else None,
+            "limits": "cluster-wide" if limits else None,
         }
+        inbox: Any = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000).remote()
+        budget: Any = ray.remote(SharedBudget).options(num_cpus=0, max_concurrency=100_000).remote(limits) \
+            if limits else None
+        if budget is not None:
+            context = dataclasses.replace(context, gates=ClusterGates(budget, limits))
+        job = ray.put(run.shard_job(self.graph, context=context, checkpoint=state.checkpoint, cache=state.cache))
+        strategy: Any = NodeAffinitySchedulingStrategy(cluster.driver_node, soft=False) if state.on_this_machine \
+            else "SPREAD"
+        task = ray.remote(judge_shard).options(num_cpus=1, max_retries=self.options.max_retries,
+                                               retry_exceptions=False, scheduling_strategy=strategy)
         pending: dict[Any, str] = {}
         try:
             await self._drive(task, job, inbox, budget, workers, size, pending)
@@ -464,11 +472,15 @@ class _Driver:
     def _shard_size(self, workers: int) -> int:
         if self.options.shard_size:
             return self.options.shard_size
+        # A worker's slots idle at the end of each shard while its last items finish (about half an item's time
+        # per slot): a shard of k waves loses ~1/(2k) of its worker's time, so shards are long. But the run ends
+        # with the last shards, and a worker that starts late (its imports, a retry) must find shards left:
+        # about 4 per worker, between 1 and 16 waves of ``concurrency`` items.
         concurrency = self.run.concurrency
         if self.run.total is None:  # a stream of unknown length
             return 4 * concurrency
         todo = max(1, self.run.total - len(self.run.finished))
-        return max(concurrency, min(4 * concurrency, math.ceil(todo / (2 * workers))))
+        return max(concurrency, min(16 * concurrency, math.ceil(todo / (4 * workers))))
 
     def _next_shard(self, size: int) -> list[EvalItem]:
         """Up to ``size`` items still to judge (an error reading them stops the run, as in one process)."""

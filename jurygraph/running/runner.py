@@ -528,8 +528,9 @@ class ShardJob:
         run.start_shard(deliver)
         try:
             async with open_checkpointer(self.checkpoint) as saver:
-                graph = self.graph
-                await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph)
+                graph = self.graph  # a compiled graph came without a checkpointer: it gets the shared one
+                await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph)
+                                    else graph.copy(update={"checkpointer": saver}))
             counters = run.counters()
         finally:
             if run.llm_cache is not None:
