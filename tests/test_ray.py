@@ -162,8 +162,10 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster: Cluster, server: FakeOpe
     killed: list[int] = []
 
     def kill_a_worker(record: dict[str, Any]) -> None:
-        busy = _shard_workers()  # none, for a moment, between two shards: the next record tries again
-        if killed or len(lines_of(out)) < 40 or not busy:
+        if killed or len(lines_of(out)) < 40:
+            return
+        busy = _shard_workers()
+        if not busy:  # for a moment, between two shards: the next record tries again
             return
         os.kill(busy[0].pid, signal.SIGKILL)
         killed.append(busy[0].pid)
