@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from jurygraph.measuring.metaeval import MethodResult, metaeval
     from jurygraph.nodes.referee import Referee
     from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
+    from jurygraph.running.distributed import RayOptions
     from jurygraph.running.rundir import read_results
     from jurygraph.running.runner import RunSummary, arun, run
 
@@ -56,6 +57,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["MethodResult", "metaeval"], "jurygraph.measuring.metaeval"),
     "Referee": "jurygraph.nodes.referee",
     **dict.fromkeys(["Dataset", "DatasetError", "load_dataset"], "jurygraph.running.datasets"),
+    "RayOptions": "jurygraph.running.distributed",
     "read_results": "jurygraph.running.rundir",
     **dict.fromkeys(["RunSummary", "arun", "run"], "jurygraph.running.runner"),
 }
