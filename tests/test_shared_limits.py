@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from jurygraph.llm.limits import ANY_PROVIDER, ProviderLimit
-from jurygraph.llm.shared_limits import SharedBudget
+from jurygraph.llm.shared_limits import Pace, SharedBudget
 
 
 async def test_the_rate_is_shared_by_every_attempt() -> None:
@@ -65,3 +67,11 @@ async def test_a_shard_given_up_gives_its_slots_back() -> None:
     assert budget.in_flight() == {ANY_PROVIDER: 0}
     await budget.begin("s1", "u")
     await asyncio.wait_for(budget.acquire(ANY_PROVIDER, "s1", "u"), 1)
+
+
+def test_a_pace_serves_in_order_and_keeps_a_quiet_seconds_turns_only() -> None:
+    pace = Pace(10)
+    assert [pace.turn(100.0) for _ in range(3)] == pytest.approx([100.0, 100.1, 100.2])  # one interval apart
+    # five quiet seconds later: a second's worth of turns (10) go at once, the 11th waits its interval
+    turns = [pace.turn(105.5) for _ in range(11)]
+    assert sum(turn <= 105.5 + 1e-9 for turn in turns) == 10 and turns[-1] == pytest.approx(105.6)

@@ -30,19 +30,13 @@ class ProviderLimit:
             raise ValueError("max in flight must be at least 1")
 
 
-def rate_limiter(requests_per_second: float) -> InMemoryRateLimiter:
-    """A token bucket of ``requests_per_second`` that holds at most a second's worth (at least one)."""
-    return InMemoryRateLimiter(requests_per_second=requests_per_second,
-                               check_every_n_seconds=min(0.05, 0.5 / requests_per_second),
-                               max_bucket_size=max(1.0, requests_per_second))
-
-
 class Gate:
     """What one request to a provider waits for: a rate token and an in-flight slot."""
 
     def __init__(self, limit: ProviderLimit) -> None:
         rps = limit.requests_per_second
-        self._rate = rate_limiter(rps) if rps else None
+        self._rate = InMemoryRateLimiter(requests_per_second=rps, check_every_n_seconds=min(0.05, 0.5 / rps),
+                                         max_bucket_size=max(1.0, rps)) if rps else None
         self._slots = limit.max_in_flight
         self._async: asyncio.Semaphore | None = None
         self._sync = threading.BoundedSemaphore(limit.max_in_flight) if limit.max_in_flight else None

@@ -2,9 +2,13 @@
 slots, so 4 workers with ``--rps 10`` send 10 requests a second in all, not 40.
 
 :class:`SharedBudget` is the bookkeeping, on one asyncio loop (the Ray engine runs it in one actor,
-:mod:`jurygraph.running.distributed`, and workers reach it through their gates). Rate tokens come from the same
-token bucket as a one-process run (:func:`jurygraph.llm.limits.rate_limiter`); nothing gives them back. An
-in-flight slot is held by a *shard attempt* (a shard, with a token the attempt drew when it began) until the
+:mod:`jurygraph.running.distributed`, and workers reach it through their gates). Rate tokens are paced
+(:class:`Pace`): the same bucket as a one-process run's limiter (at most a second's worth saved while idle), but
+first come first served and without polling, since a cluster's budget has hundreds of requests waiting at once
+(LangChain's limiter, which each of them would poll every few milliseconds, kept a core busy at 800 waiters and
+200/s). Nothing gives a rate token back.
+
+An in-flight slot is held by a *shard attempt* (a shard, with a token the attempt drew when it began) until the
 request ends. A worker killed mid-request never gives its slots back; Ray then runs the shard again, and the new
 attempt's :meth:`SharedBudget.begin` frees every slot the shard's earlier attempts held. A slot granted to an
 attempt that is no longer the shard's current one (its request was waiting when the worker died) is returned at
@@ -14,10 +18,27 @@ once. :meth:`SharedBudget.end` frees what an attempt still holds when it ends (f
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from jurygraph.llm.limits import ProviderLimit, rate_limiter
+from jurygraph.llm.limits import ProviderLimit
+
+
+class Pace:
+    """``per_second`` requests a second, in the order they ask: each is told when it may go, one interval after
+    the one before; a quiet moment's unused turns are kept, up to a second's worth (at least one)."""
+
+    def __init__(self, per_second: float) -> None:
+        self.interval = 1.0 / per_second
+        self.saved = max(1.0, per_second)
+        self._next: float | None = None
+
+    def turn(self, now: float) -> float:
+        """When the request asking at ``now`` may go (``now`` or later)."""
+        at = now if self._next is None else max(self._next, now - (self.saved - 1) * self.interval)
+        self._next = at + self.interval
+        return at
 
 
 class SharedBudget:
@@ -25,7 +46,7 @@ class SharedBudget:
     URL, or '*' for all), for many shard attempts at once."""
 
     def __init__(self, limits: Mapping[str, ProviderLimit]) -> None:
-        self._rates = {key: rate_limiter(limit.requests_per_second)
+        self._paces = {key: Pace(limit.requests_per_second)
                        for key, limit in limits.items() if limit.requests_per_second}
         self._free = {key: limit.max_in_flight for key, limit in limits.items() if limit.max_in_flight}
         self._current: dict[str, str] = {}  # shard -> the token of its current attempt
@@ -60,8 +81,11 @@ class SharedBudget:
                     return  # an attempt that is gone (its worker died while this waited): nothing to hold
                 self._free[key] -= 1
                 self._held[(shard, token, key)] += 1
-        if key in self._rates:
-            await self._rates[key].aacquire()
+        if key in self._paces:
+            now = time.monotonic()
+            wait = self._paces[key].turn(now) - now
+            if wait > 0:
+                await asyncio.sleep(wait)
 
     async def release(self, key: str, shard: str, token: str) -> None:
         """A request of the attempt ended: its slot comes back (nothing, if the attempt's slots already did)."""
