@@ -76,7 +76,7 @@ class SharedBudget:
         if key in self._free:
             changed = self._condition()
             async with changed:
-                await changed.wait_for(lambda: self._free[key] > 0)
+                await changed.wait_for(lambda: self._free[key] > 0 or self._current.get(shard) != token)
                 if self._current.get(shard) != token:
                     return  # an attempt that is gone (its worker died while this waited): nothing to hold
                 self._free[key] -= 1
@@ -106,8 +106,7 @@ class SharedBudget:
             if count and whose(shard, token):
                 freed[key] += count
                 del self._held[(shard, token, key)]
-        if freed:
-            await self._free_slots(freed)
+        await self._free_slots(freed)  # also wakes the requests of attempts that are gone, to give up
 
     async def _free_slots(self, freed: Mapping[str, int]) -> None:
         changed = self._condition()
