@@ -223,6 +223,55 @@ def test_resume_continues_a_ray_run_whose_driver_was_killed(cluster: Cluster, se
     assert "ray: 2 workers on 1 node(s)" in resumed.stdout
 
 
+# Two nodes on this machine (Ray's own cluster_utils, as Ray's tests simulate a cluster), in a process of its own
+# beside this module's cluster: one CPU each, so the 2 workers are on both nodes.
+TWO_NODES = """
+import json, os, sys
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # nodes on 127.0.0.1, as connected() does for 'local'
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+from ray.cluster_utils import Cluster
+from jurygraph import JuryContext, ModelSpec, create_chateval, load_dataset, run
+dataset, base_url, postgres, out = sys.argv[1:]
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+cluster.add_node(num_cpus=1)
+items = load_dataset(dataset, task="pairwise").items
+context = JuryContext(default=ModelSpec.parse("openai:judge@" + base_url))
+try:
+    run(create_chateval(), items, out_dir=out + "-sqlite", context=context, ray=cluster.address, workers=2)
+except ValueError as refused:
+    print(json.dumps({"refused": str(refused)}), flush=True)
+run(create_chateval(), items, out_dir=out, context=context, ray=cluster.address, workers=2, concurrency=8,
+    checkpoint=postgres, progress=False)
+cluster.shutdown()
+"""
+
+
+def test_several_nodes_share_postgres_checkpoints_and_cache(server: FakeOpenAIServer, dataset: Path,
+                                                            one_process: dict[str, Any], postgres_url: str,
+                                                            tmp_path: Path) -> None:
+    out = tmp_path / "two-nodes"
+    sent = len(server.requests)
+    done = subprocess.run([sys.executable, "-c", TWO_NODES, str(dataset), server.base_url, postgres_url, str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[0])["refused"].startswith(
+        "--ray with a cluster of 2 nodes needs shared checkpoints: pass --checkpoint postgresql://")
+    assert not (tmp_path / "two-nodes-sqlite" / "results.jsonl").exists()  # refused before anything was written
+    lines = lines_of(out)
+    assert len(lines) == ITEMS and {r["id"]: r["verdict"] for r in lines} == one_process["verdicts"]
+    assert len(server.requests) - sent == one_process["requests"]
+    cluster_manifest = manifest(out)["ray"]
+    # on several nodes the cache follows the checkpoints into PostgreSQL: no file of the driver's is shared
+    assert (cluster_manifest["nodes"], cluster_manifest["checkpoint"], cluster_manifest["cache"]) == (
+        2, postgres_url, postgres_url)
+    assert not (out / "llm_cache.sqlite").exists() and not (out / "checkpoints.sqlite").exists()
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:
+        cached = conn.execute("SELECT COUNT(*) FROM jurygraph_llm_cache").fetchone()
+    assert cached is not None and cached[0] == one_process["requests"]
+
+
 def test_cluster_options_need_ray_and_several_nodes_need_postgres(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "--protocol", "chateval", "--dataset", "faireval", "--model", "local", "--workers", "2",
