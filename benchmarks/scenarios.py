@@ -725,6 +725,7 @@ def _ray_leg(name: str, items: Sequence[EvalItem], server: ServerProcess, settin
             "judging_seconds": round(judging, 2), "judging_ratio": round(judging / ideal, 3),
             "start_up_seconds": round(seconds - judging, 2),
             "requests": server.stats()["requests"] - sent, "driver_cpu_seconds": round(time.process_time() - cpu, 2),
+            "workers_cpu_seconds": round(sum(w["cpu_seconds"] for w in manifest.get("workers", [])), 2),
             "shards": (manifest.get("ray") or {}).get("shards"), "ok": all(checks.values()), "lost": figures["lost"],
             "duplicated": figures["duplicated"], "verdicts": {r["id"]: r.get("verdict") for r in read_results(out)}}
 
@@ -764,10 +765,13 @@ def ray(settings: Settings) -> Result:
         speedup={f"{n} workers": round(one / legs[f"{n} workers"]["seconds"], 2) for n in RAY_WORKERS},
         engine_over_one_process_at_equal_concurrency=round(
             legs[f"{widest} workers"]["seconds"] / legs[f"one process at {widest} x"]["seconds"], 3))
-    judging = legs[f"{widest} workers"]["judging_ratio"]
-    result.target = (f"{widest} workers: judging (first request to last answer) <= 1.25 x ideal; wall time "
-                     f">= {widest * 0.6:g} x faster than one process")
-    result.target_met = judging <= 1.25 and result.figures["speedup"][f"{widest} workers"] >= widest * 0.6
+    # the target is for the most workers this machine has cores for: beyond that, the workers' own CPU (~2 s of
+    # imports each, a few ms per call) is shared, and the figures say what that costs
+    fits = max([n for n in RAY_WORKERS if n <= (os.cpu_count() or 1)], default=min(RAY_WORKERS))
+    judging = legs[f"{fits} workers"]["judging_ratio"]
+    result.target = (f"{fits} workers (<= cores): judging (first request to last answer) <= 1.25 x ideal, "
+                     f"wall time >= {fits * 0.8:g} x faster than one process")
+    result.target_met = judging <= 1.25 and result.figures["speedup"][f"{fits} workers"] >= fits * 0.8
     return result
 
 

@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import math
 import os
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -335,6 +336,7 @@ def judge_shard(job: Any, items: Sequence[EvalItem], shard: str, inbox: Any, bud
 
     token = uuid.uuid4().hex
     worker = {"node": ray.util.get_node_ip_address(), "pid": os.getpid()}
+    cpu = time.process_time()  # the judging's CPU (a worker busy on its own CPU is a figure worth seeing)
     if budget is not None:
         ray.get(budget.begin.remote(shard, token))
         gates = job.context.gates.for_attempt(shard, token)
@@ -342,6 +344,7 @@ def judge_shard(job: Any, items: Sequence[EvalItem], shard: str, inbox: Any, bud
     sent: list[Any] = []
 
     def deliver(record: dict[str, Any], counters: dict[str, Any]) -> None:
+        counters = {**counters, "cpu_seconds": time.process_time() - cpu}
         sent.append(inbox.put.remote(shard, token, worker, record, counters))
 
     try:
@@ -351,7 +354,8 @@ def judge_shard(job: Any, items: Sequence[EvalItem], shard: str, inbox: Any, bud
             budget.end.remote(shard, token)
         with contextlib.suppress(Exception):  # a failing shard's error is what matters, not a lost message
             ray.get(sent)
-    return {"shard": shard, "token": token, "worker": worker, "counters": counters}
+    return {"shard": shard, "token": token, "worker": worker,
+            "counters": {**counters, "cpu_seconds": time.process_time() - cpu}}
 
 
 # --- the driver ------------------------------------------------------------------------------------------------
@@ -372,7 +376,7 @@ class _Attempts:
 
     counters: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (shard, token) -> latest
     worker_of: dict[tuple[str, str], str] = field(default_factory=dict)
-    workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> node, pid, items, usage
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> node, pid, items, usage, CPU
 
     def seen(self, shard: str, token: str, worker: Mapping[str, Any], counters: Mapping[str, Any]) -> str:
         name = _worker_name(worker)
@@ -393,13 +397,15 @@ class _Attempts:
         """HTTP attempts by model, cache hits, and one entry per worker process."""
         attempts: Counter[str] = Counter()
         hits = 0
-        per_worker: dict[str, dict[str, Any]] = {name: {**entry, "shards": 0, "attempts": 0, "cache_hits": 0}
-                                                 for name, entry in self.workers.items()}
+        per_worker: dict[str, dict[str, Any]] = {
+            name: {**entry, "shards": 0, "attempts": 0, "cache_hits": 0, "cpu_seconds": 0.0}
+            for name, entry in self.workers.items()}
         for key, counters in self.counters.items():
             entry = per_worker[self.worker_of[key]]
             entry["shards"] += 1
             entry["attempts"] += sum(counters.get("attempts", {}).values())
             entry["cache_hits"] += int(counters.get("cache_hits", 0))
+            entry["cpu_seconds"] = round(entry["cpu_seconds"] + float(counters.get("cpu_seconds", 0.0)), 3)
             attempts.update(counters.get("attempts", {}))
             hits += int(counters.get("cache_hits", 0))
         return attempts, hits, [{"worker": name, **entry} for name, entry in per_worker.items()]
