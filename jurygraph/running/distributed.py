@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib.util
 import logging
 import math
 import os
@@ -183,6 +184,8 @@ def connected(options: RayOptions) -> Iterator[Cluster]:
     except ImportError:
         raise ImportError(INSTALL_HINT) from None
     started = False
+    if options.dashboard and options.address == LOCAL and importlib.util.find_spec("aiohttp") is None:
+        raise ImportError("Ray's dashboard (--ray-dashboard) needs: pip install 'ray[default]'")  # before Ray says it
     if not ray.is_initialized():
         # Ray reports usage statistics unless told not to; a judge's runs may be offline or confidential
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -199,8 +202,10 @@ def connected(options: RayOptions) -> Iterator[Cluster]:
                     ray.init(address=options.address, **common)
             else:
                 ray.init(address=options.address, **common)
-        except (ConnectionError, RuntimeError, ValueError) as err:
-            raise ConnectionError(f"Ray cluster {redact_url(options.address)}: {_first_line(err)}") from None
+        except Exception as err:  # no cluster there, a version mismatch, the dashboard's packages missing
+            hint = " (Ray's dashboard needs: pip install 'ray[default]')" \
+                if options.dashboard and "dashboard" in str(err).lower() else ""
+            raise ConnectionError(f"Ray cluster {redact_url(options.address)}: {_first_line(err)}{hint}") from None
         started = True
     try:
         nodes = [node for node in ray.nodes() if node.get("Alive")]
