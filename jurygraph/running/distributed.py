@@ -40,18 +40,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from jurygraph.judging.items import EvalItem
-from jurygraph.llm.cache_postgres import is_postgres_url
 from jurygraph.llm.limits import ProviderGates, ProviderLimit
-from jurygraph.llm.models import JuryContext
 from jurygraph.llm.redact import redact_url
 from jurygraph.llm.shared_limits import SharedBudget
-from jurygraph.running.checkpoints import KeepCheckpoints
 from jurygraph.running.rundir import CACHE, CHECKPOINTS
 
+# what the inbox and budget actors' processes import of this module: nothing of LangChain's models or LangGraph
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph
     from langgraph.graph.state import CompiledStateGraph
+
+    from jurygraph.judging.items import EvalItem
+    from jurygraph.llm.models import JuryContext
+    from jurygraph.running.checkpoints import KeepCheckpoints
 
 LOCAL = "local"  # a cluster started in this process, on this machine's loopback address
 AUTO = "auto"  # the cluster `ray start` runs on this machine
@@ -236,6 +237,8 @@ def shared_state(run: DrivenRun, cluster: Cluster) -> SharedState:
     """Where the workers find the run's checkpoints and call cache; ValueError when a cluster of several nodes
     would have to share a file. Default cache: the run directory's SQLite file on one node; on several, a table
     in the checkpoints' PostgreSQL database."""
+    from jurygraph.llm.cache_postgres import is_postgres_url
+
     spread = cluster.nodes > 1 or cluster.remote_driver
     where = "a Ray Client driver (ray://)" if cluster.remote_driver else f"a cluster of {cluster.nodes} nodes"
     checkpoint = str(run.checkpoint) if run.checkpoint else str((run.out / CHECKPOINTS).resolve())
