@@ -548,12 +548,16 @@ class _Driver:
             self.attempts.wrote(name, record)
 
     def _failed(self, shard: str, err: Exception) -> None:
-        """A shard that raised: the runner's own stop (RunAborted: a rejected key, a full disk), an error of ours
-        (raised again), or a worker that kept dying (the run stops; a resume continues it)."""
+        """A shard that raised: the runner's own stop (RunAborted: a rejected key, a full disk), the shared stores
+        out of a worker's reach (the run stops), an error of ours (raised again), or a worker that kept dying
+        (the run stops; a resume continues it)."""
         from ray.exceptions import RayTaskError
 
         cause = err.cause if isinstance(err, RayTaskError) else None
         if cause is not None and self.run.stopped_by(cause):
+            return
+        if isinstance(cause, OSError):  # the checkpoint or cache database went away under a worker
+            self.run.stop(f"a worker of shard {shard}: {type(cause).__name__}: {_first_line(cause)}", exit_code=2)
             return
         if cause is not None:
             raise cause

@@ -533,6 +533,7 @@ class ShardJob:
                                     else graph.copy(update={"checkpointer": saver}))
             counters = run.counters()
         finally:
+            _flush_traces()  # this worker process may be gone before LangSmith's queue would have been sent
             if run.llm_cache is not None:
                 run.llm_cache.close()
         if run.aborted:
