@@ -52,10 +52,8 @@ if TYPE_CHECKING:
 
     from jurygraph.judging.items import EvalItem
     from jurygraph.llm.models import JuryContext
-    from jurygraph.running.checkpoints import KeepCheckpoints
 
 LOCAL = "local"  # a cluster started in this process, on this machine's loopback address
-AUTO = "auto"  # the cluster `ray start` runs on this machine
 USAGE_COUNTED = ("requests", "input_tokens", "output_tokens")
 INSTALL_HINT = "--ray needs Ray: pip install 'jurygraph[ray]'"
 
@@ -64,7 +62,7 @@ INSTALL_HINT = "--ray needs Ray: pip install 'jurygraph[ray]'"
 class RayOptions:
     """Where and how a run is spread. ``address``: ``"local"`` (start a cluster in this process: this machine,
     127.0.0.1 only), ``"auto"`` (join the cluster ``ray start`` runs on this machine), or a cluster's address
-    (``HOST:PORT``, ``ray://HOST:10001``). ``workers``: shards judged at once (default: the CPUs workers may use).
+    (``HOST:PORT``). ``workers``: shards judged at once (default: the CPUs workers may use).
     ``shard_size``: items per shard (default: about 4 shards per worker, each of 1 to 16 x ``concurrency``
     items; 4 x ``concurrency`` for a stream of unknown length). ``dashboard``: with ``"local"``, start Ray's
     dashboard (on 127.0.0.1:8265). ``max_retries``: how often a shard runs again after its worker died."""
@@ -115,7 +113,6 @@ class DrivenRun(Protocol):
     checkpoint: str | None
     cache: bool | str | Path
     context: JuryContext
-    keep_checkpoints: KeepCheckpoints
     total: int | None
     finished: set[str]
     aborted: list[Any]
@@ -159,12 +156,14 @@ def _loopback_node() -> Iterator[None]:
     macOS and Windows: the switch is read from the environment when Ray is imported, so it is set both in the
     environment (for the Ray processes started from here) and on Ray's constant (this process may have imported
     Ray already). Without it a driver would not find its node, and a local cluster would listen on the network."""
-    from ray._private import ray_constants
-
+    constants: Any = None
+    with contextlib.suppress(ImportError):  # a Ray without that module: the environment is all there is to set
+        from ray._private import ray_constants as constants
     name = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-    before_env, before = os.environ.get(name), getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    before_env, before = os.environ.get(name), getattr(constants, "ENABLE_RAY_CLUSTER", None)
     os.environ[name] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    if before is not None:
+        constants.ENABLE_RAY_CLUSTER = False
     try:
         yield
     finally:
@@ -173,7 +172,7 @@ def _loopback_node() -> Iterator[None]:
         else:
             os.environ[name] = before_env
         if before is not None:
-            ray_constants.ENABLE_RAY_CLUSTER = before
+            constants.ENABLE_RAY_CLUSTER = before
 
 
 @contextlib.contextmanager
@@ -198,8 +197,8 @@ def connected(options: RayOptions) -> Iterator[Cluster]:
                              include_dashboard=options.dashboard, dashboard_host="127.0.0.1",
                              # records and shards are small: a small object store keeps a laptop's memory free
                              object_store_memory=256 * 1024**2, **common)
-            elif _is_loopback(options.address) or options.address == AUTO:
-                with _loopback_node() if _is_loopback(options.address) else contextlib.nullcontext():
+            elif _is_loopback(options.address):
+                with _loopback_node():
                     ray.init(address=options.address, **common)
             else:
                 ray.init(address=options.address, **common)
@@ -210,8 +209,8 @@ def connected(options: RayOptions) -> Iterator[Cluster]:
         started = True
     try:
         nodes = [node for node in ray.nodes() if node.get("Alive")]
-        driver_node = ray.get_runtime_context().get_node_id()
-        remote = options.address.startswith("ray://")
+        remote = options.address.startswith("ray://")  # a Ray Client driver is on no node of the cluster
+        driver_node = "" if remote else ray.get_runtime_context().get_node_id()
         yield Cluster(address=options.address, nodes=len(nodes),
                       cpus=int(sum(node.get("Resources", {}).get("CPU", 0) for node in nodes)),
                       driver_node=driver_node, remote_driver=remote)
