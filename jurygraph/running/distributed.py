@@ -428,6 +428,7 @@ class _Driver:
         self.options, self.run, self.graph, self.cluster = options, run, graph, cluster
         self.attempts = _Attempts()
         self.written: set[str] = set()
+        self.writable = True
         self.shards = 0
 
     async def judge(self) -> None:
@@ -539,10 +540,13 @@ class _Driver:
     def _receive(self, messages: list[tuple[Any, ...]]) -> None:
         for shard, token, worker, record, counters in messages:
             name = self.attempts.seen(shard, token, worker, counters)
-            if record["id"] in self.written or self.run.aborted:
-                continue  # judged again by a retried shard (its first record is kept), or the run is stopping
+            # a repeat comes from a retried shard (the first record is kept); a finished item is written even
+            # when the run is stopping, unless the results file itself failed
+            if record["id"] in self.written or not self.writable:
+                continue
             if not self.run.deliver(record):
-                return
+                self.writable = False
+                continue
             self.written.add(record["id"])
             self.attempts.wrote(name, record)
 
