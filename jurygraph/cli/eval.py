@@ -70,9 +70,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                          help="spread the run over a Ray cluster: 'local' (started in this process, 127.0.0.1 "
                               "only), 'auto' (the cluster `ray start` runs on this machine) or HOST:PORT; "
                               "several nodes need --checkpoint postgresql://...")
-    cluster.add_argument("--workers", type=int, help="with --ray: shards judged at once, each by a worker judging "
-                                                     "--concurrency items at a time (default: the cluster's CPUs)")
-    cluster.add_argument("--shard-size", type=int,
+    cluster.add_argument("--workers", type=int, metavar="N",
+                         help="with --ray: shards judged at once, each by a worker judging --concurrency items at a "
+                              "time (default: the cluster's CPUs)")
+    cluster.add_argument("--shard-size", type=int, metavar="N",
                          help="with --ray: items per shard (default: about 4 shards per worker, 1 to 16 x "
                               "--concurrency items each)")
     cluster.add_argument("--ray-dashboard", action="store_true",
