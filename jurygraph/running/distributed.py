@@ -20,6 +20,13 @@ checkpoints and every call it was answered in the cache, so only the calls that 
 the driver keeps the first record of an item and drops the repeat, so ``results.jsonl`` has one line per item.
 A shard whose workers keep dying, or an error every item would hit (a rejected key), stops the run as in one
 process: finished items are kept and ``--resume`` continues.
+
+Why this shape. Shards are plain Ray tasks with Ray's own retries: Ray detects the dead worker and reruns the
+task, and the shared checkpoints and cache make a rerun cost only what was in flight, so nothing tracks which
+items a worker held. Records travel through an actor rather than as a Ray generator's yields: Ray replays a
+retried generator and expects the same outputs in the same order (``StreamingGeneratorReplayInconsistentError``),
+while records come in the order items finish. The budget needs no heartbeat nor lease timeout: a shard attempt
+draws a token, and Ray starting the shard again is the notice that the earlier attempt is dead.
 """
 
 from __future__ import annotations
