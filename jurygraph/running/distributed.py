@@ -23,9 +23,9 @@ process: finished items are kept and ``--resume`` continues.
 
 Why this shape. Shards are plain Ray tasks with Ray's own retries: Ray detects the dead worker and reruns the
 task, and the shared checkpoints and cache make a rerun cost only what was in flight, so nothing tracks which
-items a worker held. Records travel through an actor rather than as a Ray generator's yields: Ray replays a
-retried generator and expects the same outputs in the same order (``StreamingGeneratorReplayInconsistentError``),
-while records come in the order items finish. The budget needs no heartbeat nor lease timeout: a shard attempt
+items a worker held. Records travel through an actor rather than as a Ray generator's yields: Ray's generators
+count on a rerun yielding what the first run yielded (``StreamingGeneratorReplayInconsistentError``), while records
+come in the order items happen to finish. The budget needs no heartbeat nor lease timeout: a shard attempt
 draws a token, and Ray starting the shard again is the notice that the earlier attempt is dead.
 """
 
