@@ -113,9 +113,9 @@ def test_200_items_on_2_workers_are_200_results_with_one_process_verdicts(
     # the one cache of the run directory answered nothing twice: the workers sent what one process sends
     assert len(server.requests) - sent == one_process["requests"] == summary.requests == summary.attempts
     run_manifest = manifest(out)
-    assert run_manifest["ray"] | {"shards": None} == {
+    assert run_manifest["ray"] == {
         "address": "local", "nodes": 1, "workers": 2, "shard_size": 25, "checkpoint": postgres_url,
-        "cache": str((out / "llm_cache.sqlite").resolve()), "limits": None, "shards": None, "retried_shards": 0}
+        "cache": str((out / "llm_cache.sqlite").resolve()), "limits": None, "shards": 8, "retried_shards": 0}
     workers = run_manifest["workers"]
     assert len(workers) >= 2 and all(w["items"] > 0 and w["node"] == "127.0.0.1" for w in workers)
     assert sum(w["items"] for w in workers) == ITEMS
