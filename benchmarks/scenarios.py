@@ -698,7 +698,84 @@ def scale(settings: Settings) -> Result:
     return result
 
 
+# --- 9: ray: one run spread over the workers of a local Ray cluster (issue 12) ----------------------------------
+
+
+RAY_WORKERS = (2, 4)
+
+
+def _ray_leg(name: str, items: Sequence[EvalItem], server: ServerProcess, settings: Settings, concurrency: int,
+             workers: int | None) -> dict[str, Any]:
+    """One run of the ray scenario: its wall time, the ideal at its total concurrency, requests, verdicts."""
+    out = settings.work / name
+    sent, logged = server.stats()["requests"], len(server.log())
+    cpu = time.process_time()
+    _, seconds = timed_run(create_chateval(referees=2, turns=2), items, out, JuryContext(default=spec_for(server)),
+                           concurrency, **({"ray": "local", "workers": workers} if workers else {}))
+    total = concurrency * (workers or 1)
+    ideal = 4 * settings.latency * math.ceil(len(items) / total)
+    checks, figures = integrity(out, items)
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    answered = [entry["t"] for entry in server.log(logged)]
+    # the first request went out one latency before its answer: from there to the last answer is the judging
+    # itself, without the start-up (the command's imports; a Ray worker's own imports before its first shard)
+    judging = answered[-1] - answered[0] + settings.latency
+    return {"workers": workers or 0, "concurrency_per_process": concurrency, "in_flight_in_all": total,
+            "seconds": round(seconds, 2), "ideal": round(ideal, 2), "ratio": round(seconds / ideal, 3),
+            "judging_seconds": round(judging, 2), "judging_ratio": round(judging / ideal, 3),
+            "start_up_seconds": round(seconds - judging, 2),
+            "requests": server.stats()["requests"] - sent, "driver_cpu_seconds": round(time.process_time() - cpu, 2),
+            "workers_cpu_seconds": round(sum(w["cpu_seconds"] for w in manifest.get("workers", [])), 2),
+            "shards": (manifest.get("ray") or {}).get("shards"), "ok": all(checks.values()), "lost": figures["lost"],
+            "duplicated": figures["duplicated"], "verdicts": {r["id"]: r.get("verdict") for r in read_results(out)}}
+
+
+def ray(settings: Settings) -> Result:
+    """ChatEval one-by-one (4 sequential calls per item at ``Settings.latency``) over the same items, judged by
+    one process at ``concurrency`` items in flight and by 2 and 4 workers of a local Ray cluster
+    (``--ray local --workers N``), each worker at the same ``concurrency``: the throughput N workers add. Then
+    one process at the 4 workers' total concurrency: what the engine costs against one process doing the same
+    work. The cluster is started once (its start-up is a figure of its own, paid by every ``--ray local``
+    command)."""
+    from jurygraph.running.distributed import RayOptions, connected
+
+    items = bench_items(settings.items)
+    per_worker = max(1, settings.concurrency // 2)
+    legs: dict[str, dict[str, Any]] = {}
+    with ServerProcess(ServerOptions(replies="chateval", latency=settings.latency)) as server:
+        legs["one process"] = _ray_leg("ray-1", items, server, settings, per_worker, None)
+        started = time.perf_counter()
+        with connected(RayOptions("local", workers=max(RAY_WORKERS))) as cluster:
+            start_seconds = time.perf_counter() - started
+            for n in RAY_WORKERS:
+                legs[f"{n} workers"] = _ray_leg(f"ray-{n}", items, server, settings, per_worker, n)
+        widest = max(RAY_WORKERS)
+        legs[f"one process at {widest} x"] = _ray_leg(f"ray-1x{widest}", items, server, settings,
+                                                      per_worker * widest, None)
+    reference = legs["one process"]["verdicts"]
+    result = Result("ray", len(items), per_worker * widest, settings.latency, legs[f"{widest} workers"]["seconds"],
+                    legs[f"{widest} workers"]["requests"], critical_path=4, expected_requests=4 * len(items))
+    for name, leg in legs.items():
+        result.checks[f"{name}: one result per item, none lost"] = leg["ok"]
+        result.checks[f"{name}: {4 * len(items)} requests"] = leg["requests"] == 4 * len(items)
+        result.checks[f"{name}: the one-process verdicts"] = leg.pop("verdicts") == reference
+    one = legs["one process"]["seconds"]
+    result.figures.update(
+        legs=legs, cluster_cpus=cluster.cpus, cluster_start_seconds=round(start_seconds, 2),
+        speedup={f"{n} workers": round(one / legs[f"{n} workers"]["seconds"], 2) for n in RAY_WORKERS},
+        engine_over_one_process_at_equal_concurrency=round(
+            legs[f"{widest} workers"]["seconds"] / legs[f"one process at {widest} x"]["seconds"], 3))
+    # the target is for the most workers this machine has cores for: beyond that, the workers' own CPU (~2 s of
+    # imports each, a few ms per call) is shared, and the figures say what that costs
+    fits = max([n for n in RAY_WORKERS if n <= (os.cpu_count() or 1)], default=min(RAY_WORKERS))
+    judging = legs[f"{fits} workers"]["judging_ratio"]
+    result.target = (f"{fits} workers (<= cores): judging (first request to last answer) <= 1.25 x ideal, "
+                     f"wall time >= {fits * 0.8:g} x faster than one process")
+    result.target_met = judging <= 1.25 and result.figures["speedup"][f"{fits} workers"] >= fits * 0.8
+    return result
+
+
 SCENARIOS: dict[str, Callable[[Settings], Result]] = {
     "chateval": chateval, "debate": debate, "refer": refer, "rerun": rerun, "framework": framework,
-    "faults": faults, "crash": crash, "scale": scale,
+    "faults": faults, "crash": crash, "scale": scale, "ray": ray,
 }

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from jurygraph.running.batch import BatchOptions
     from jurygraph.running.budget import Budget, Spend
     from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
+    from jurygraph.running.distributed import RayOptions
     from jurygraph.running.estimate import Estimate, estimate
     from jurygraph.running.rundir import read_results
     from jurygraph.running.runner import RunSummary, arun, run
@@ -66,6 +67,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["Budget", "Spend"], "jurygraph.running.budget"),
     **dict.fromkeys(["Dataset", "DatasetError", "load_dataset"], "jurygraph.running.datasets"),
     **dict.fromkeys(["Estimate", "estimate"], "jurygraph.running.estimate"),
+    "RayOptions": "jurygraph.running.distributed",
     "read_results": "jurygraph.running.rundir",
     **dict.fromkeys(["RunSummary", "arun", "run"], "jurygraph.running.runner"),
 }

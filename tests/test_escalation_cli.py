@@ -22,7 +22,6 @@ from jurygraph.running.rundir import read_results, run_lock
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import prompt_of
 from jurygraph.testing.panel_judges import faireval
-from tests.test_postgres import postgres_url  # noqa: F401  (the fixture: a PostgreSQL server on 127.0.0.1)
 
 LIMIT = 6
 # FairEval's first six human labels, and the items where the Critic ("contrary") disagrees with General Public
@@ -292,7 +291,7 @@ def test_metaeval_curves_match_the_scripts(openai_server, tmp_path: Path, capsys
     assert "coverage–agreement: ensemble · pairwise (accuracy)" in text and "margin<2" in text
 
 
-def test_review_of_a_run_checkpointed_in_postgres(openai_server, postgres_url: str,  # noqa: F811
+def test_review_of_a_run_checkpointed_in_postgres(openai_server, postgres_url: str,
                                                   tmp_path: Path) -> None:
     server = openai_server(respond)
     out = tmp_path / "run"

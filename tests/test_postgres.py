@@ -1,64 +1,16 @@
-"""Durable checkpoints in a real PostgreSQL server (several workers sharing a run), started on 127.0.0.1
-by the test. `.ci/run` installs Debian's postgresql; without its binaries this one test is skipped and
-says why."""
+"""Durable checkpoints in a real PostgreSQL server (several workers sharing a run), started on 127.0.0.1 by the
+suite (``postgres_url`` in conftest.py). `.ci/run` installs Debian's postgresql; without its binaries these tests
+are skipped and say why."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from jurygraph import EvalItem, JuryContext, create_chateval
 from jurygraph.running.rundir import read_results
 from jurygraph.running.runner import run
 from jurygraph.testing import FakeJudge, pairwise_reply
-
-PG_BIN = next((Path(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None) \
-    if Path("/usr/lib/postgresql").exists() else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _as_postgres(command: list[str]) -> list[str]:
-    # PostgreSQL refuses to run as root; CI runs as root, so the server runs as the 'postgres' user
-    if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *command]
-    return command
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    if PG_BIN is None or not (PG_BIN / "initdb").exists():
-        pytest.skip("PostgreSQL server binaries are not installed (apt-get install postgresql); .ci/run installs them")
-    base = Path(tempfile.mkdtemp(prefix="jurygraph-pg-", dir="/tmp"))
-    data, sockets = base / "data", base / "sock"
-    sockets.mkdir()
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-        shutil.chown(sockets, "postgres")
-    port = _free_port()
-    subprocess.run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "jurygraph", "--auth=trust"]),
-                   check=True, capture_output=True)
-    options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l",
-                                 str(base / "log"), "start"]), check=True, capture_output=True)
-    try:
-        yield f"postgresql://jurygraph@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
-                       capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def respond(prompt: str, messages: object) -> str:

@@ -7,7 +7,6 @@ The referees' models are the local fake OpenAI server's, named in the run's JSON
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,12 @@ import pytest
 
 from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import pairwise_reply
+from tests.conftest import free_port
 
 pytest.importorskip("langgraph_api", reason="the studio extra (langgraph-cli[inmem]) serves `langgraph dev`")
 from langgraph_sdk import get_sync_client  # installed with the studio extra, as langgraph_api
 
 ROOT = Path(__file__).parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

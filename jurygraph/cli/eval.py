@@ -4,6 +4,7 @@ the settings its manifest saved (a contradicting option is refused, execution-on
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -27,6 +28,7 @@ from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
 from jurygraph.llm.redact import MASK, redact_url
 from jurygraph.running.datasets import load_dataset
+from jurygraph.running.distributed import INSTALL_HINT, RayOptions
 from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
 from jurygraph.running.runner import RunAborted, RunSummary, run
 
@@ -34,7 +36,8 @@ from jurygraph.running.runner import RunAborted, RunSummary, run
 # manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
 # resume restores it from the manifest and refuses a different value.
 EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
-                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes", *costs.COST_EXECUTION_ONLY)
+                  "no_cache", "keep_checkpoints", "prices", "quiet", "yes", "ray", "workers", "shard_size",
+                  "ray_dashboard", *costs.COST_EXECUTION_ONLY)
 # parser bookkeeping and the run directory itself, never saved as settings
 NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
 # a plan above this many requests per item asks for --yes
@@ -63,11 +66,25 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     runopts.add_argument("--concurrency", type=int, default=8, help="items in flight (default 8)")
     runopts.add_argument("--checkpoint", help="checkpoint store: a SQLite path or a postgres:// URL "
                                               "(default: RUN_DIR/checkpoints.sqlite)")
-    runopts.add_argument("--cache", help="LLM-call cache file shared between runs (default: in RUN_DIR)")
+    runopts.add_argument("--cache", help="LLM-call cache shared between runs: a SQLite file or a postgresql:// URL "
+                                         "(default: RUN_DIR/llm_cache.sqlite)")
     runopts.add_argument("--no-cache", action="store_true", help="do not cache model calls")
     runopts.add_argument("--keep-checkpoints", choices=("final", "all"), default="final",
                          help="final (default): each item's final checkpoint (its whole history, for show and "
                               "resume); all: every step's, for time travel")
+    cluster = parser.add_argument_group("Ray cluster (pip install 'jurygraph[ray]')")
+    cluster.add_argument("--ray", metavar="ADDRESS",
+                         help="spread the run over a Ray cluster: 'local' (started in this process, 127.0.0.1 "
+                              "only), 'auto' (the cluster `ray start` runs on this machine) or HOST:PORT; "
+                              "several nodes need --checkpoint postgresql://...")
+    cluster.add_argument("--workers", type=int, metavar="N",
+                         help="with --ray: shards judged at once, each by a worker judging --concurrency items at a "
+                              "time (default: the cluster's CPUs)")
+    cluster.add_argument("--shard-size", type=int, metavar="N",
+                         help="with --ray: items per shard (default: about 4 shards per worker, 1 to 16 x "
+                              "--concurrency items each)")
+    cluster.add_argument("--ray-dashboard", action="store_true",
+                         help="with --ray local: start Ray's dashboard on 127.0.0.1:8265 (needs ray[default])")
     runopts.add_argument("--prices", help="JSON price table (USD per 1M tokens) merged over the built-in one")
     runopts.add_argument("--quiet", action="store_true", help="no progress bar, no estimate line before the run")
     runopts.add_argument("--yes", action="store_true",
@@ -150,6 +167,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not args.dataset:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
     validate_numbers(args, args.protocol_dests)
+    cluster = _ray_options(args)
     check_options(args.protocol, explicit_dests(args.argv))
     costs.check_cost_options(args, explicit_dests(args.argv))
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
@@ -205,7 +223,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
                       resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
-                      manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args))
+                      manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args),
+                      ray=cluster)
     except KeyboardInterrupt as stop:
         print(f"jurygraph: {stop}", file=sys.stderr)
         return 130
@@ -221,6 +240,27 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def awaiting_line(count: int) -> str:
     return "1 item awaits review" if count == 1 else f"{count} items await review"
+
+
+def _ray_options(args: argparse.Namespace) -> RayOptions | None:
+    """The cluster ``--ray`` names, or None (one process); the cluster options need ``--ray``."""
+    if not args.ray:
+        given = [flag for flag, value in (("--workers", args.workers), ("--shard-size", args.shard_size),
+                                          ("--ray-dashboard", args.ray_dashboard)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} spread(s) a run over a Ray cluster: give --ray ADDRESS too "
+                             "(local, auto or HOST:PORT)")
+        return None
+    if args.batch:
+        raise UsageError("--batch sends each round from this process as one provider batch: it does not combine "
+                         "with --ray (a batch run needs no workers)")
+    budget = [flag for flag, value in (("--max-cost", args.max_cost), ("--max-total-tokens", args.max_total_tokens))
+              if value is not None]
+    if budget:
+        raise UsageError(f"{', '.join(budget)} admits items in one process: it does not combine with --ray yet")
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError(INSTALL_HINT)
+    return RayOptions(args.ray, workers=args.workers, shard_size=args.shard_size, dashboard=args.ray_dashboard)
 
 
 def _params_line(params: dict[str, Any]) -> str:
@@ -251,6 +291,11 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
         elif verdict.get("answer") is not None:
             verdicts["answered"] += 1
     print(summary.line())
+    cluster = (read_manifest(out) or {}).get("ray")
+    if cluster:
+        again = cluster.get("retried_shards") or 0
+        print(f"ray: {cluster['workers']} workers on {cluster['nodes']} node(s), {cluster.get('shards')} shards"
+              + (f", {again} judged again after their worker died" if again else ""))
     print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
     for item_id, reason in list(summary.failures.items())[:5]:
         print(f"  failed {item_id}: {reason}")

@@ -75,8 +75,17 @@ class ProviderGates:
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
 
+    @property
+    def limits(self) -> dict[str, ProviderLimit]:
+        """The limits by provider key, as given."""
+        return dict(self._limits)
+
+    def key(self, provider: str) -> str | None:
+        """The limits a provider's requests count against: its own, else every provider's ('*'), else none."""
+        return provider if provider in self._limits else ANY_PROVIDER if ANY_PROVIDER in self._limits else None
+
     def gate(self, provider: str) -> Gate | None:
-        key = provider if provider in self._limits else ANY_PROVIDER if ANY_PROVIDER in self._limits else None
+        key = self.key(provider)
         if key is None:
             return None
         with self._lock:

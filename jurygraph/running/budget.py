@@ -75,9 +75,10 @@ class Spend:
 class SpendMeter:
     """The run's spend as calls are paid: in all (previous invocations included) and per item in flight."""
 
-    def __init__(self, out: Path, prices: Mapping[str, Any] | None = None) -> None:
-        self.out, self.prices = out, prices
-        self.before = Spend.from_json(read_spend(out))
+    def __init__(self, out: Path, prices: Mapping[str, Any] | None = None, persist: bool = True) -> None:
+        # persist=False: a Ray worker's meter, which counts its shard's spend for the driver and writes nothing
+        self.out, self.prices, self.persist = out, prices, persist
+        self.before = Spend.from_json(read_spend(out) if persist else None)
         self.total = Spend.from_json(asdict(self.before))
         self.in_flight: dict[str, Spend] = {}
         self._saved = 0.0
@@ -102,9 +103,15 @@ class SpendMeter:
         """An item is done (or failed): what it spent in this invocation."""
         return self.in_flight.pop(item_id, Spend())
 
+    def spent_here(self) -> Spend:
+        """What this meter's invocation paid (the run's total less what earlier invocations had paid)."""
+        return Spend.from_json({key: value - getattr(self.before, key)
+                                for key, value in asdict(self.total).items()})
+
     def save(self) -> None:
         self._saved = time.monotonic()
-        write_spend(self.out, self.total.as_json())
+        if self.persist:
+            write_spend(self.out, self.total.as_json())
 
 
 @dataclass

@@ -42,15 +42,16 @@ from langgraph.types import Durability, StateSnapshot
 from jurygraph.judging.doubt import decided_by, doubt_signals
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import add_usage
-from jurygraph.llm.cache import LLMCache
+from jurygraph.llm.cache_postgres import open_cache
 from jurygraph.llm.calls import BATCH_COUNTS, ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
 from jurygraph.running.batch import BatchOptions, BatchRounds, paused_for_review, waits_for_batch
-from jurygraph.running.budget import Budget, SpendMeter
+from jurygraph.running.budget import Budget, Spend, SpendMeter
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.datasets import repeated
+from jurygraph.running.distributed import RayOptions
 from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CACHE,
@@ -198,6 +199,8 @@ async def arun(
     on_token: Callable[[str, str, str], None] | None = None,
     budget: Budget | None = None,
     batch: BatchOptions | None = None,
+    ray: str | RayOptions | None = None,
+    workers: int | None = None,
 ) -> RunSummary:
     """Judge every item with ``graph`` and write the run directory; returns the summary.
 
@@ -211,6 +214,9 @@ async def arun(
     ``budget``: stop starting items before the run's spend (``RUN_DIR/spend.json``, every invocation's) would
     pass it (:mod:`jurygraph.running.budget`); the run then ends with :class:`RunAborted` (exit code 3).
     ``batch``: send the calls through the provider's Batch API, in rounds (:mod:`jurygraph.running.batch`).
+    ``ray``: judge the items on a Ray cluster (``"local"``, ``"auto"``, an address, or :class:`RayOptions`) with
+    ``workers`` workers, each running this runner over shards of the items (``concurrency`` items at a time per
+    worker); this process writes the run directory. See :mod:`jurygraph.running.distributed`.
     Raises :class:`RunLocked` when another process writes ``out_dir``, :class:`RunAborted` when an error
     that every item would hit stopped the run (finished items are kept).
     """
@@ -218,6 +224,15 @@ async def arun(
         duplicates = repeated(item.id for item in items)
         if duplicates:
             raise ValueError(f"{DUPLICATE_IDS}; repeated: {', '.join(duplicates[:10])}")
+    if ray is not None and on_token is not None:
+        raise ValueError("on_token (the live view) is not available with ray=: the models answer in other processes")
+    if ray is not None and batch is not None:
+        raise ValueError("batch= (--batch) sends each round from this process as one provider batch: it does not "
+                         "combine with ray= (--ray); a batch run needs no workers")
+    if ray is not None and budget is not None:
+        raise ValueError("budget= (--max-cost, --max-total-tokens) admits items in one process: it does not "
+                         "combine with ray= (--ray) yet")
+    cluster = RayOptions.of(ray, workers)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
@@ -225,13 +240,16 @@ async def arun(
                                   checkpoint=checkpoint, cache=cache, resume=resume,
                                   keep_checkpoints=keep_checkpoints, progress=progress,
                                   manifest=manifest, prices=prices, on_result=on_result, on_token=on_token,
-                                  budget=budget, batch=batch)
+                                  budget=budget, batch=batch, cluster=cluster)
 
 
 async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: Iterable[EvalItem], out: Path, *,
-                       checkpoint: str | None, **options: Any) -> RunSummary:
+                       checkpoint: str | None, cluster: RayOptions | None, **options: Any) -> RunSummary:
     """The run's steps, with the run directory locked: start, judge every item, finish."""
     run = _Run(out, items, checkpoint=checkpoint, **options)
+    if cluster is not None:  # workers of a Ray cluster judge the items; this process writes the run directory
+        await cluster.judge(run, graph)
+        return run.finish()
     run.start()
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
         await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph)
@@ -275,19 +293,32 @@ class _Run:
         self.budget, self.stopped = budget, ""  # stopped: "budget" once the budget stopped starting items
         self.batch = batch
         self.item_finished = asyncio.Event()  # set (and replaced) as each item finishes: the budget's waiters
+        # what the workers of a Ray run counted (their HTTP attempts, cache hits and spend are not this process's)
+        self.workers_attempts: Counter[str] = Counter()
+        self.workers_cache_hits = 0
+        self.workers_spend: list[dict[str, Any]] = []
+
+    def counters(self) -> dict[str, Any]:
+        """This process's HTTP attempts by model and call-cache hits since the invocation began."""
+        attempts = Counter(http_attempts)
+        attempts.subtract(self.attempts_before)
+        return {"attempts": {label: n for label, n in attempts.items() if n > 0},
+                "cache_hits": self.llm_cache.hits if self.llm_cache is not None else 0,
+                "spend": self.meter.spent_here().as_json()}
+
+    def shard_job(self, graph: StateGraph | CompiledStateGraph, *, context: JuryContext, checkpoint: str,
+                  cache: bool | str) -> ShardJob:
+        """This run's judging, for workers in other processes: ``context`` without this process's cache, the
+        shared ``checkpoint`` store and ``cache`` as the workers reach them."""
+        return ShardJob(graph, self.out, context, self.concurrency, checkpoint, cache, self.keep_checkpoints,
+                        self.protocol)
 
     def start(self) -> None:
         """What a resumed run keeps, the call cache, the manifest's start and the results file."""
         out = self.out
         if not self.resume and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
             raise FileExistsError(f"{out / RESULTS} exists: pass resume=True (--resume) or choose another --out")
-        # a resume keeps the finished items' lines (read as a stream, as they are copied) and only their ids
-        self.finished: set[str] = set()
-        self.llm_cache = None
-        if self.cache:
-            self.llm_cache = LLMCache(out / CACHE if self.cache is True else Path(self.cache))
-            self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
-        self.summary = RunSummary(out_dir=str(out))
+        self._prepare()
         self.meter = SpendMeter(out, self.prices)
         self.manifest: dict[str, Any] = {
             **self.manifest_given, "started": datetime.now(UTC).isoformat(), "versions": _versions(),
@@ -295,12 +326,31 @@ class _Run:
             "checkpoint": redact_url(self.checkpoint) if self.checkpoint else CHECKPOINTS,
             "keep_checkpoints": self.keep_checkpoints,
         }
-        self.mode = durability(self.keep_checkpoints, cache=self.llm_cache is not None)
         # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
         self.manifest["ended"] = None
         write_manifest(out, self.manifest)
-        self.results = ResultsFile(out / RESULTS, self._kept() if self.resume else ())
+        self.results: ResultsFile | _Delivered = ResultsFile(out / RESULTS, self._kept() if self.resume else ())
         self.bar = _progress_bar(self.total, self.progress)
+
+    def _prepare(self) -> None:
+        """What every judging process needs: the finished ids (a resume fills them as it copies the finished
+        lines), the call cache, the summary, the checkpoint mode."""
+        self.finished: set[str] = set()
+        self.llm_cache = None
+        if self.cache:
+            self.llm_cache = open_cache(self.out / CACHE if self.cache is True else self.cache)
+            self.context = dataclasses.replace(self.context, cache=self.llm_cache)  # keeps every other field
+        self.summary = RunSummary(out_dir=str(self.out))
+        self.mode = durability(self.keep_checkpoints, cache=self.llm_cache is not None)
+
+    def start_shard(self, deliver: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
+        """:meth:`start` for a shard judged in a worker (:class:`ShardJob`): no run-directory file is touched (the
+        driver alone writes them); each record goes to ``deliver`` with this shard's :meth:`counters` so far."""
+        self._prepare()
+        self.meter = SpendMeter(self.out, self.prices, persist=False)  # the driver alone writes spend.json
+        self.manifest = {}
+        self.results = _Delivered(deliver, self.counters, self.still_waiting)
+        self.bar = None
 
     def _kept(self) -> Iterator[dict[str, Any]]:
         """The previous invocations' finished records, once each (a failed item is judged again)."""
@@ -324,6 +374,28 @@ class _Run:
             if self.bar is not None:
                 self.bar.update(1)
         return None
+
+    def next_or_stop(self) -> EvalItem | None:
+        """:meth:`next_item`, or None when the items cannot be read (a repeated id; the dataset moved, changed or
+        became unreadable): the run stops."""
+        try:
+            return self.next_item()
+        except RunAborted as stop:
+            self.aborted.append(stop)
+        except (OSError, ValueError) as err:
+            self.aborted.append(RunAborted(f"reading the items: {err}", exit_code=2))
+        return None
+
+    def stop(self, reason: str, exit_code: int = 1) -> None:
+        """Stop the run (:class:`RunAborted`): judging ends, finished items are kept."""
+        self.aborted.append(RunAborted(reason, exit_code=exit_code))
+
+    def stopped_by(self, err: BaseException) -> bool:
+        """Whether ``err`` (raised where items were judged) is a stop of the run; if so, the run stops."""
+        if isinstance(err, RunAborted):
+            self.aborted.append(err)
+            return True
+        return False
 
     async def judge_all(self, app: Any) -> None:
         """Judge the items still to do, ``concurrency`` at a time; the first fatal error cancels the others."""
@@ -354,34 +426,42 @@ class _Run:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
         finally:
-            self.results.close()
-            if self.bar is not None:
-                self.bar.close()
+            self.close_outputs()
+
+    def close_outputs(self) -> None:
+        """Close the results file and the progress bar (judging is over)."""
+        self.results.close()
+        if self.bar is not None:
+            self.bar.close()
 
     async def _worker(self, app: Any, fresh: bool) -> None:
         while not self.aborted and not self.stopped:
-            try:
-                item = self.next_item()
-            except RunAborted as stop:
-                self.aborted.append(stop)
-                return
-            except (OSError, ValueError) as err:  # the dataset could not be read again (moved, changed, unreadable)
-                self.aborted.append(RunAborted(f"reading the items: {err}", exit_code=2))
-                return
+            item = self.next_or_stop()
             if item is None:
                 return
             if not await self.admitted(item):
                 return
             try:
                 record = await self.judge(app, item, fresh)
-                self.results.write(record)
             except RunAborted as stop:
                 self.aborted.append(stop)
                 return
-            except OSError as err:  # the results file: disk full, I/O error
-                self.aborted.append(RunAborted(_os_reason(err, self.out / RESULTS), exit_code=2))
+            if not self.deliver(record):
                 return
-            self.tally(record)
+
+    def deliver(self, record: dict[str, Any], paid_before: bool = False) -> bool:
+        """Write a finished item's record and count it; False when the results file cannot take it (disk full, I/O
+        error: the run stops). The Ray engine's driver delivers its workers' records here, ``paid_before`` for an
+        item still paused for review whose usage an earlier invocation paid."""
+        if paid_before:
+            self.still_waiting.add(record["id"])
+        try:
+            self.results.write(record)
+        except OSError as err:
+            self.aborted.append(RunAborted(_os_reason(err, self.out / RESULTS), exit_code=2))
+            return False
+        self.tally(record)
+        return True
 
     async def admitted(self, item: EvalItem, wait: bool = True) -> bool:
         """Whether the budget lets this item start (it then counts as in flight). While items in flight hold
@@ -471,12 +551,12 @@ class _Run:
         summary, out = self.summary, self.out
         summary.seconds = time.monotonic() - self.started
         _flush_traces()
-        attempts = Counter(http_attempts)
-        attempts.subtract(self.attempts_before)
-        summary.attempts = sum(max(0, n) for n in attempts.values())
+        counters = self.counters()
+        attempts = Counter(counters["attempts"]) + self.workers_attempts
+        summary.attempts = sum(attempts.values())
         summary.cost_usd = estimate_cost(self.usage, self.prices)
+        summary.cache_hits = counters["cache_hits"] + self.workers_cache_hits
         if self.llm_cache is not None:
-            summary.cache_hits = self.llm_cache.hits
             self.llm_cache.close()
         self.manifest.update(
             ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
@@ -484,8 +564,10 @@ class _Run:
             # the items a person has to decide (`jurygraph review RUN_DIR`); they keep their checkpoints
             awaiting_review=sorted(summary.awaiting),
             usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
-            attempts_by_model={label: n for label, n in attempts.items() if n > 0},
+            attempts_by_model=dict(attempts),
         )
+        for spent in self.workers_spend:
+            self.meter.total.add(Spend.from_json(spent))
         self.meter.save()
         self.manifest["spend"] = self.meter.total.as_json()  # the whole run's, every invocation's
         if self.budget is not None:
@@ -506,6 +588,81 @@ class _Run:
         if summary.interrupted:
             raise KeyboardInterrupt(f"run interrupted; resume with --resume {out}")
         return summary
+
+
+@dataclass
+class ShardJob:
+    """A shard of a run judged in another process (a worker of the Ray engine, :mod:`jurygraph.running.distributed`)
+    by this runner: the same judging as :func:`arun`, from the same shared checkpoints and call cache, with each
+    record handed to ``deliver`` instead of written (the driver alone writes the run directory). Picklable: the
+    engine ships it to its workers."""
+
+    graph: StateGraph | CompiledStateGraph
+    out: Path
+    context: JuryContext
+    concurrency: int
+    checkpoint: str
+    cache: bool | str
+    keep_checkpoints: KeepCheckpoints
+    protocol: str
+
+    async def judge(self, items: Sequence[EvalItem],
+                    deliver: Callable[[dict[str, Any], dict[str, Any]], None]) -> dict[str, Any]:
+        """Judge ``items``, ``concurrency`` at a time; each record goes to ``deliver(record, counters)`` as it
+        finishes. Returns the shard's :meth:`_Run.counters`; raises :class:`RunAborted` as a run would stop."""
+        run = _Run(self.out, items, context=self.context, concurrency=self.concurrency, checkpoint=self.checkpoint,
+                   cache=self.cache, resume=False, keep_checkpoints=self.keep_checkpoints, progress=False,
+                   manifest={"protocol": self.protocol}, prices=None, on_result=None, on_token=None)
+        run.start_shard(deliver)
+        try:
+            async with open_checkpointer(self.checkpoint) as saver:
+                graph = self.graph  # a compiled graph came without a checkpointer: it gets the shared one
+                await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph)
+                                    else graph.copy(update={"checkpointer": saver}))
+            counters = run.counters()
+        finally:
+            _flush_traces()  # this worker process may be gone before LangSmith's queue would have been sent
+            if run.llm_cache is not None:
+                run.llm_cache.close()
+        if run.aborted:
+            raise run.aborted[0]
+        if run.summary.interrupted:
+            raise asyncio.CancelledError("shard cancelled")
+        return counters
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a compiled graph (a calibrated protocol's two answer orders, the escalation subgraph) does not survive
+        # plain pickling: it travels as its builder (jurygraph.running.portable)
+        from jurygraph.running import portable
+
+        return _shard_job, (portable.dumps({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}),)
+
+    async def prepare_stores(self) -> None:
+        """Make the checkpoint store's tables (and say now, in one line, if it cannot be reached) before the
+        workers open it all at once: LangGraph's PostgreSQL migrations are not safe to run concurrently."""
+        async with open_checkpointer(self.checkpoint):
+            pass
+
+
+def _shard_job(data: bytes) -> ShardJob:
+    from jurygraph.running import portable
+
+    return ShardJob(**portable.loads(data))
+
+
+class _Delivered:
+    """A shard's results sink: each record goes to the driver with the shard's counters so far."""
+
+    def __init__(self, deliver: Callable[[dict[str, Any], dict[str, Any]], None],
+                 counters: Callable[[], dict[str, Any]], still_waiting: set[str]) -> None:
+        self._deliver, self._counters, self._still_waiting = deliver, counters, still_waiting
+
+    def write(self, record: dict[str, Any]) -> None:
+        # an item an earlier invocation paused for review: its usage was counted then (see _Run.tally)
+        self._deliver(record, {**self._counters(), "paid_before": record["id"] in self._still_waiting})
+
+    def close(self) -> None:
+        return None
 
 
 _NO_STATE = StateSnapshot(values={}, next=(), config={}, metadata=None, created_at=None, parent_config=None,

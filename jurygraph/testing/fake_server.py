@@ -128,6 +128,7 @@ class FakeServer(LocalServer):
         self.requests: list[dict[str, Any]] = []  # every request body, as sent
         self.paths: list[str] = []  # and its URL path
         self.headers: list[dict[str, str]] = []  # and its headers (lower-case names)
+        self.times: list[float] = []  # and when it arrived (time.monotonic()), to count requests per second
         self.outcomes: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests the server was handling at once
@@ -246,6 +247,7 @@ class FakeServer(LocalServer):
                     server.requests.append(request)
                     server.paths.append(self.path)
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    server.times.append(time.monotonic())
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
