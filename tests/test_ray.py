@@ -329,30 +329,59 @@ def test_items_paused_for_review_keep_waiting_when_a_ray_run_resumes(cluster: Cl
     assert resumed["spend"] == first["spend"]
 
 
-def test_batch_and_budget_runs_are_refused_with_ray(openai_server: Any, items: list[Any], tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """Batch mode sends its rounds from the driver, and the budget admits items in one process: with a cluster
-    each is refused in one line before anything is written, rather than run unbounded."""
+def test_a_batch_run_is_refused_with_ray(openai_server: Any, items: list[Any], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Batch mode sends its rounds from the driver as provider batches: with a cluster it is refused in one line
+    before anything is written, rather than run some other way."""
     from jurygraph.running.batch import BatchOptions
-    from jurygraph.running.budget import Budget
 
     server = openai_server(respond)
-    for option, message in (({"batch": BatchOptions()}, "batch= .* does not combine with ray="),
-                            ({"budget": Budget(max_cost_usd=1.0)}, "budget= .* does not combine with ray=")):
-        with pytest.raises(ValueError, match=message):
-            run(create_chateval(), items[:4], out_dir=tmp_path / "api", context=context(server), ray="local",
-                progress=False, **option)
+    with pytest.raises(ValueError, match=r"batch= .* does not combine with ray="):
+        run(create_chateval(), items[:4], out_dir=tmp_path / "api", context=context(server), ray="local",
+            batch=BatchOptions(), progress=False)
     assert not (tmp_path / "api").exists()
-    base = ["eval", "--protocol", "chateval", "--dataset", "faireval", "--limit", "2", "--model", "judge",
-            "--base-url", server.base_url, "--ray", "local", "--out", str(tmp_path / "cli")]
-    assert main([*base, "--batch"]) == 2
+    assert main(["eval", "--protocol", "chateval", "--dataset", "faireval", "--limit", "2", "--model", "judge",
+                 "--base-url", server.base_url, "--ray", "local", "--out", str(tmp_path / "cli"), "--batch"]) == 2
     assert capsys.readouterr().err.strip() == (
         "jurygraph: --batch sends each round from this process as one provider batch: it does not combine with "
         "--ray (a batch run needs no workers)")
-    assert main([*base, "--max-cost", "1", "--max-total-tokens", "5000"]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "jurygraph: --max-cost, --max-total-tokens admits items in one process: it does not combine with --ray yet")
     assert not (tmp_path / "cli").exists() and server.requests == []
+
+
+def test_the_budget_holds_for_the_whole_cluster(cluster: Cluster, openai_server: Any, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--max-cost on a Ray run: the driver admits each item against what the workers have paid and the reserves
+    of the items in flight; at the budget the run stops (exit 3) within it, and a resume with a higher budget
+    finishes the items, no call paid twice."""
+    from tests.test_budget import PER_ITEM, REPLY, args_for
+
+    server = openai_server(lambda request, i: REPLY)
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"judge": {"input": 10.0, "output": 30.0}}))
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(args_for(server, out, "--prices", str(prices), "--max-cost", "0.2", "--concurrency", "2",
+                         "--ray", "local", "--workers", "2", "--shard-size", "2")) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jurygraph: stopped: budget reached: $0.")
+    stopped = manifest(out)
+    assert stopped["stopped"] == "budget" and stopped["ray"]["workers"] == 2
+    spend = stopped["spend"]
+    assert 0 < spend["cost_usd"] <= 0.2
+    done = lines_of(out)
+    assert 0 < len(done) < 12 and all(r["status"] == "ok" for r in done)  # items in flight finished whole
+    assert spend["requests"] == len(server.requests) == PER_ITEM * len(done)
+    assert spend["cost_usd"] + stopped["budget"]["reserve_per_item"]["cost_usd"] > 0.2  # the next did not fit
+
+    assert main(["eval", "--resume", str(out), "--max-cost", "1"]) == 0
+    lines = lines_of(out)
+    assert len(lines) == 12 and len({r["id"] for r in lines}) == 12
+    assert len(server.requests) == PER_ITEM * 12  # no call paid twice
+    finished = manifest(out)
+    assert finished["stopped"] is None and finished["spend"]["requests"] == PER_ITEM * 12
+    assert finished["spend"]["cost_usd"] == pytest.approx(
+        sum(entry["input_tokens"] * 10 + entry["output_tokens"] * 30 for r in lines
+            for entry in r["usage"].values()) / 1e6)
 
 
 def test_an_error_every_item_would_hit_stops_a_ray_run_at_once(cluster: Cluster, openai_server: Any,

@@ -254,10 +254,6 @@ def _ray_options(args: argparse.Namespace) -> RayOptions | None:
     if args.batch:
         raise UsageError("--batch sends each round from this process as one provider batch: it does not combine "
                          "with --ray (a batch run needs no workers)")
-    budget = [flag for flag, value in (("--max-cost", args.max_cost), ("--max-total-tokens", args.max_total_tokens))
-              if value is not None]
-    if budget:
-        raise UsageError(f"{', '.join(budget)} admits items in one process: it does not combine with --ray yet")
     if importlib.util.find_spec("ray") is None:
         raise UsageError(INSTALL_HINT)
     return RayOptions(args.ray, workers=args.workers, shard_size=args.shard_size, dashboard=args.ray_dashboard)

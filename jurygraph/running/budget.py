@@ -51,6 +51,9 @@ class Spend:
         for name in (f.name for f in fields(self)):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    def less(self, other: Spend) -> Spend:
+        return Spend(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
     def most(self, other: Spend) -> Spend:
         """The larger of the two in tokens (with its requests and split) and the larger in USD."""
         larger = other if other.tokens > self.tokens else self
@@ -82,6 +85,7 @@ class SpendMeter:
         self.total = Spend.from_json(asdict(self.before))
         self.in_flight: dict[str, Spend] = {}
         self._saved = 0.0
+        self._elsewhere = Spend()  # what other processes (a Ray run's workers) paid in this invocation
 
     def started(self, item_id: str) -> None:
         self.in_flight.setdefault(item_id, Spend())
@@ -105,8 +109,13 @@ class SpendMeter:
 
     def spent_here(self) -> Spend:
         """What this meter's invocation paid (the run's total less what earlier invocations had paid)."""
-        return Spend.from_json({key: value - getattr(self.before, key)
-                                for key, value in asdict(self.total).items()})
+        return self.total.less(self.before)
+
+    def paid_elsewhere(self, spent: Spend) -> None:
+        """What other processes (a Ray run's workers) have paid in this invocation so far: it replaces the last
+        figure they reported in the total."""
+        self.total.add(spent.less(self._elsewhere))
+        self._elsewhere = spent
 
     def save(self) -> None:
         self._saved = time.monotonic()

@@ -41,7 +41,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -123,13 +123,15 @@ class DrivenRun(Protocol):
     total: int | None
     finished: set[str]
     aborted: list[Any]
+    stopped: str
     summary: Any
     manifest: dict[str, Any]
     workers_attempts: Counter[str]
     workers_cache_hits: int
-    workers_spend: list[dict[str, Any]]
 
     def start(self) -> None: ...
+    def admit(self, item: EvalItem, wait: bool = True) -> str: ...
+    def workers_paid(self, spent: Iterable[Mapping[str, Any]]) -> None: ...
     def next_or_stop(self) -> EvalItem | None: ...
     def deliver(self, record: dict[str, Any], paid_before: bool = False) -> bool: ...
     def stop(self, reason: str, exit_code: int = 1) -> None: ...
@@ -438,6 +440,7 @@ class _Driver:
         self.written: set[str] = set()
         self.writable = True
         self.shards = 0
+        self.held: EvalItem | None = None  # an item the budget keeps out until items in flight finish
 
     async def judge(self) -> None:
         import ray
@@ -480,13 +483,11 @@ class _Driver:
             run.summary.interrupted = True
         finally:
             await self._stop(pending, inbox, budget)
+            self._paid()
             run.close_outputs()
             attempts, hits, per_worker = self.attempts.totals()
             run.workers_attempts.update(attempts)
             run.workers_cache_hits += hits
-            # what each shard attempt paid, a dead one's up to its last record (calls it paid after are not known)
-            run.workers_spend.extend(counters["spend"] for counters in self.attempts.counters.values()
-                                     if "spend" in counters)
             run.manifest["ray"].update(shards=self.shards, retried_shards=self.attempts.retried_shards())
             run.manifest["workers"] = per_worker
             for actor in (inbox, budget):
@@ -507,12 +508,29 @@ class _Driver:
         todo = max(1, self.run.total - len(self.run.finished))
         return max(concurrency, min(16 * concurrency, math.ceil(todo / (4 * workers))))
 
-    def _next_shard(self, size: int) -> list[EvalItem]:
-        """Up to ``size`` items still to judge (an error reading them stops the run, as in one process)."""
+    def _next_shard(self, size: int, running: int) -> list[EvalItem]:
+        """Up to ``size`` items still to judge (an error reading them stops the run, as in one process), each
+        admitted by the run's budget (``--max-cost``): an item it keeps out while others are in flight is held
+        for the next shard; one it refuses with none in flight (no shard ``running``, none in this one) stops
+        the run's new work."""
         items: list[EvalItem] = []
-        while len(items) < size and (item := self.run.next_or_stop()) is not None:
-            items.append(item)
+        while len(items) < size and not self.run.stopped:
+            item, self.held = self.held or self.run.next_or_stop(), None
+            if item is None:
+                break
+            answer = self.run.admit(item, wait=bool(running or items))
+            if answer == "wait":
+                self.held = item
+                break
+            if answer == "start":
+                items.append(item)
         return items
+
+    def _paid(self) -> None:
+        """The workers' spend so far (each shard attempt's latest figure; a dead attempt's up to its last
+        record) is the run's: the budget admits the next items against it."""
+        self.run.workers_paid(counters["spend"] for counters in self.attempts.counters.values()
+                              if "spend" in counters)
 
     async def _drive(self, task: Any, job: Any, inbox: Any, budget: Any, workers: int, size: int,
                      pending: dict[Any, str]) -> None:
@@ -521,14 +539,13 @@ class _Driver:
         more = True
         while True:
             while more and not self.run.aborted and len(pending) < workers:
-                items = self._next_shard(size)
+                items = self._next_shard(size, len(pending))
+                more = self.held is not None or (len(items) == size and not self.run.stopped)
                 if not items:
-                    more = False
                     break
                 shard = f"s{self.shards}"
                 self.shards += 1
                 pending[task.remote(job, items, shard, inbox, budget)] = shard
-                more = len(items) == size
             if not pending or self.run.aborted:
                 return
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
@@ -547,6 +564,7 @@ class _Driver:
                     self._failed(shard, err)
                     return
                 self.attempts.seen(shard, result["token"], result["worker"], result["counters"])
+            self._paid()
 
     def _receive(self, messages: list[tuple[Any, ...]]) -> None:
         for shard, token, worker, record, counters in messages:

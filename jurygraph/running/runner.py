@@ -229,9 +229,6 @@ async def arun(
     if ray is not None and batch is not None:
         raise ValueError("batch= (--batch) sends each round from this process as one provider batch: it does not "
                          "combine with ray= (--ray); a batch run needs no workers")
-    if ray is not None and budget is not None:
-        raise ValueError("budget= (--max-cost, --max-total-tokens) admits items in one process: it does not "
-                         "combine with ray= (--ray) yet")
     cluster = RayOptions.of(ray, workers)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -293,10 +290,9 @@ class _Run:
         self.budget, self.stopped = budget, ""  # stopped: "budget" once the budget stopped starting items
         self.batch = batch
         self.item_finished = asyncio.Event()  # set (and replaced) as each item finishes: the budget's waiters
-        # what the workers of a Ray run counted (their HTTP attempts, cache hits and spend are not this process's)
+        # what the workers of a Ray run counted (their HTTP attempts and cache hits are not this process's)
         self.workers_attempts: Counter[str] = Counter()
         self.workers_cache_hits = 0
-        self.workers_spend: list[dict[str, Any]] = []
 
     def counters(self) -> dict[str, Any]:
         """This process's HTTP attempts by model and call-cache hits since the invocation began."""
@@ -311,7 +307,7 @@ class _Run:
         """This run's judging, for workers in other processes: ``context`` without this process's cache, the
         shared ``checkpoint`` store and ``cache`` as the workers reach them."""
         return ShardJob(graph, self.out, context, self.concurrency, checkpoint, cache, self.keep_checkpoints,
-                        self.protocol)
+                        self.protocol, self.prices)
 
     def start(self) -> None:
         """What a resumed run keeps, the call cache, the manifest's start and the results file."""
@@ -468,13 +464,29 @@ class _Run:
         reserves that keep it out, it waits for one to finish (its actual spend replaces its reserve); when none
         is left in flight (or ``wait`` is off: a batch run admits before its first round) and it still does not
         fit, the run stops starting items (this one stays pending)."""
-        while self.budget is not None and not self.budget.admits(self.meter):
-            if self.stopped or not self.meter.in_flight or not wait:
-                self.stopped = "budget"
-                return False
+        while (answer := self.admit(item, wait)) == "wait":
             await self.item_finished.wait()
-        self.meter.started(item.id)
-        return True
+        return answer == "start"
+
+    def admit(self, item: EvalItem, wait: bool = True) -> str:
+        """The budget's answer for this item now: ``"start"`` (it counts as in flight from here), ``"wait"`` (items
+        in flight hold reserves that keep it out) or ``"stop"`` (it does not fit and none is in flight, or
+        ``wait`` is off: the run stops starting items; this one stays pending)."""
+        if self.budget is None or self.budget.admits(self.meter):
+            self.meter.started(item.id)
+            return "start"
+        if self.stopped or not self.meter.in_flight or not wait:
+            self.stopped = "budget"
+            return "stop"
+        return "wait"
+
+    def workers_paid(self, spent: Iterable[Mapping[str, Any]]) -> None:
+        """What the workers of a Ray run have paid so far (each shard attempt's latest figure): the run's spend,
+        which the budget admits items against."""
+        total = Spend()
+        for entry in spent:
+            total.add(Spend.from_json(entry))
+        self.meter.paid_elsewhere(total)
 
     async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
         """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
@@ -566,8 +578,6 @@ class _Run:
             usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
             attempts_by_model=dict(attempts),
         )
-        for spent in self.workers_spend:
-            self.meter.total.add(Spend.from_json(spent))
         self.meter.save()
         self.manifest["spend"] = self.meter.total.as_json()  # the whole run's, every invocation's
         if self.budget is not None:
@@ -605,6 +615,7 @@ class ShardJob:
     cache: bool | str
     keep_checkpoints: KeepCheckpoints
     protocol: str
+    prices: Mapping[str, Any] | None = None  # what the shard's paid calls cost (the run's spend, its budget)
 
     async def judge(self, items: Sequence[EvalItem],
                     deliver: Callable[[dict[str, Any], dict[str, Any]], None]) -> dict[str, Any]:
@@ -612,7 +623,7 @@ class ShardJob:
         finishes. Returns the shard's :meth:`_Run.counters`; raises :class:`RunAborted` as a run would stop."""
         run = _Run(self.out, items, context=self.context, concurrency=self.concurrency, checkpoint=self.checkpoint,
                    cache=self.cache, resume=False, keep_checkpoints=self.keep_checkpoints, progress=False,
-                   manifest={"protocol": self.protocol}, prices=None, on_result=None, on_token=None)
+                   manifest={"protocol": self.protocol}, prices=self.prices, on_result=None, on_token=None)
         run.start_shard(deliver)
         try:
             async with open_checkpointer(self.checkpoint) as saver:
