@@ -36,6 +36,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.types import Durability
 
+from jurygraph.llm.cache_postgres import is_postgres_url
+
 KeepCheckpoints = Literal["final", "all"]
 KEEP_CHOICES: tuple[KeepCheckpoints, ...] = ("final", "all")
 
@@ -155,7 +157,7 @@ def open_saver(target: str, *, read_only: bool) -> Iterator[BaseCheckpointSaver[
     """A run's checkpoint store, synchronous: a postgres:// URL, or its SQLite file (compressed checkpoints read
     through :func:`serializer`). ``read_only``: looking at a run never changes it, nor creates a database where there
     was none (``show``); otherwise writable (a review finishes items in it). NoCheckpoints when the file is missing."""
-    if target.startswith(("postgres://", "postgresql://")):
+    if is_postgres_url(target):
         from langgraph.checkpoint.postgres import PostgresSaver
 
         with PostgresSaver.from_conn_string(target) as saver:

@@ -42,7 +42,7 @@ from langgraph.types import Durability, StateSnapshot
 from jurygraph.judging.doubt import decided_by, doubt_signals
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import add_usage
-from jurygraph.llm.cache_postgres import open_cache
+from jurygraph.llm.cache_postgres import is_postgres_url, open_cache
 from jurygraph.llm.calls import BATCH_COUNTS, ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
@@ -114,7 +114,7 @@ class RunSummary:
 async def open_checkpointer(target: str | Path) -> AsyncIterator[BaseCheckpointSaver]:
     """A durable checkpointer: a SQLite file (WAL, synchronous=NORMAL) or a postgres:// URL."""
     text = str(target)
-    if text.startswith(("postgres://", "postgresql://")):
+    if is_postgres_url(text):
         try:
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         except ImportError as err:
