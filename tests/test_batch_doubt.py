@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jurygraph.cli import main
 from jurygraph.running.rundir import read_results
 from tests.test_escalation_cli import DISAGREE, HUMAN, LIMIT, by_id, respond, run_args
@@ -62,6 +64,7 @@ def test_a_batch_run_resumed_online_starts_its_waiting_items_afresh(openai_serve
     are not mistaken for items waiting for a person."""
     from jurygraph import JuryContext, create_chateval, load_dataset
     from jurygraph.running.batch import BatchOptions, waits_for_batch
+    from jurygraph.running.review import NotAwaitingReview, reviewing
     from jurygraph.running.runner import arun, open_checkpointer, run
 
     server = openai_server(respond)
@@ -94,6 +97,12 @@ def test_a_batch_run_resumed_online_starts_its_waiting_items_afresh(openai_serve
             return [waits_for_batch((await app.aget_state({"configurable": {"thread_id": item.id}})).interrupts)
                     for item in items]
 
+    assert asyncio.run(waiting()) == [True] * 3
+    # `jurygraph review` does not take a batch wait for a person's: nothing is resumed with a reviewer's answer
+    with reviewing(create_chateval(), out) as review:
+        assert review.pending() == {}
+        with pytest.raises(NotAwaitingReview, match=f"item '{items[0].id}' does not wait for a review"):
+            review.answer(items[0].id, "1")
     assert asyncio.run(waiting()) == [True] * 3
     summary = run(create_chateval(), items, out_dir=out, context=context, resume=True, progress=False)
     assert (summary.done, summary.awaiting_review) == (3, 0)

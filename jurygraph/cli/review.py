@@ -57,31 +57,33 @@ def cmd_review(args: argparse.Namespace) -> int:
         if args.verdict is not None:
             record = review.answer(args.item, {"verdict": args.verdict, "reviewer": reviewer, "note": args.note})
             print(_recorded(record))
-            _left(review)
+            _left(review, len(review.pending()))
             return 0
-        pending = review.pending()
+        waiting = review.pending()
+        pending = list(waiting)
         if args.item:
-            if args.item not in pending:
+            if args.item not in waiting:
                 review.request(args.item)  # says why: unknown, already reviewed, never paused
             pending = [args.item]
         if args.list:
             for item_id in pending:
-                print(_summary(item_id, review.request(item_id)))
-            _left(review)
+                print(_summary(item_id, waiting[item_id]))
+            _left(review, len(waiting))
             return 0
         if not pending:
             print(f"no item of {args.run_dir} awaits review")
             return 0
-        _interactive(review, pending, reviewer, input)
+        done = _interactive(review, pending, reviewer, input)
+        _left(review, len(waiting) - done)
     return 0
 
 
-def _interactive(review: Review, pending: list[str], reviewer: str, ask: Callable[[str], str]) -> None:
-    """Each waiting item: shown, then a verdict (or skip / quit) and a note, each answer resumed at once."""
+def _interactive(review: Review, pending: list[str], reviewer: str, ask: Callable[[str], str]) -> int:
+    """Each waiting item: shown, then a verdict (or skip / quit) and a note, each answer resumed at once; returns
+    how many were answered."""
     done = skipped = 0
     for number, item_id in enumerate(pending, 1):
-        request = review.request(item_id)
-        values = review.app.get_state({"configurable": {"thread_id": item_id}}).values
+        values, request = review.waiting(item_id)
         print(f"\n=== {number}/{len(pending)} ===\n{render(item_view(item_id, values))}")
         print(_doubt_lines(request))
         answer = _ask_verdict(request, values, ask)
@@ -95,7 +97,7 @@ def _interactive(review: Review, pending: list[str], reviewer: str, ask: Callabl
         print(_recorded(record))
         done += 1
     print(f"\nreviewed {done}, skipped {skipped}")
-    _left(review)
+    return done
 
 
 def _ask(ask: Callable[[str], str], prompt: str) -> str | None:
@@ -151,8 +153,7 @@ def _recorded(record: dict[str, Any]) -> str:
     return f"recorded {record['id']}: {review.get('verdict')} by {review.get('reviewer')} at {review.get('at')}{note}"
 
 
-def _left(review: Review) -> None:
-    left = len(review.pending())
+def _left(review: Review, left: int) -> None:
     print(f"{awaiting_line(left)}: jurygraph review {review.out}" if left else f"no item of {review.out} awaits review")
 
 

@@ -72,9 +72,14 @@ def waits_for_batch(interrupts: Sequence[Any]) -> bool:
     return bool(interrupts) and all(isinstance(i.value, Mapping) and BATCH_CALL in i.value for i in interrupts)
 
 
+def review_interrupt(interrupts: Sequence[Any]) -> Any | None:
+    """The interrupt by which an item waits for a person (a review node's: any that is not a batch call), or None."""
+    return next((i for i in interrupts if not (isinstance(i.value, Mapping) and BATCH_CALL in i.value)), None)
+
+
 def paused_for_review(interrupts: Sequence[Any]) -> bool:
     """Whether an item waits for a person: an interrupt that is not a batch call (a review node's)."""
-    return any(not (isinstance(i.value, Mapping) and BATCH_CALL in i.value) for i in interrupts)
+    return review_interrupt(interrupts) is not None
 
 
 def api_of(model: Any) -> str:

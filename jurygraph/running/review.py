@@ -21,10 +21,12 @@ from typing import Any
 
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command
+from langgraph.types import Command, StateSnapshot
 
+from jurygraph.judging.doubt import decided_by
 from jurygraph.judging.items import as_item
 from jurygraph.nodes.review import read_review
+from jurygraph.running.batch import review_interrupt
 from jurygraph.running.checkpoints import keep_final_only_sync, open_saver
 from jurygraph.running.rundir import (
     AWAITING_REVIEW,
@@ -60,33 +62,43 @@ class Review:
     def _config(self, item_id: str) -> Any:
         return {"configurable": {"thread_id": item_id}}
 
-    def pending(self) -> list[str]:
-        """The items waiting for a review. An item whose checkpoint is already reviewed (a review that died before
-        its results line was written) gets its line now and is not listed."""
-        waiting = []
+    def pending(self) -> dict[str, dict[str, Any]]:
+        """The items waiting for a review, each with its :meth:`request`, in the results file's order. An item whose
+        checkpoint is already reviewed (a review that died before its results line was written) gets its line now
+        and is not listed."""
+        waiting = {}
         for item_id in awaiting_ids(self.out):
             snapshot = self.app.get_state(self._config(item_id))
-            if snapshot.interrupts:
-                waiting.append(item_id)
+            pause = review_interrupt(snapshot.interrupts)
+            if pause is not None:
+                waiting[item_id] = dict(pause.value)
             elif snapshot.values.get("verdict") and not snapshot.next:
                 self._record(item_id, snapshot.values)
         return waiting
 
     def request(self, item_id: str) -> dict[str, Any]:
         """What the review node asked about the item (its ``interrupt()`` value: verdicts, doubt, transcript...)."""
+        return self.waiting(item_id)[1]
+
+    def waiting(self, item_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The item's state and its :meth:`request`, read once; NotAwaitingReview unless a person is waited for
+        (an item of a --batch run waiting for its batch is not)."""
+        snapshot, pause = self._paused(item_id)
+        return snapshot.values, dict(pause.value)
+
+    def _paused(self, item_id: str) -> tuple[StateSnapshot, Any]:
         snapshot = self.app.get_state(self._config(item_id))
-        if not snapshot.interrupts:
+        pause = review_interrupt(snapshot.interrupts)
+        if pause is None:
             raise NotAwaitingReview(self._why_not(item_id, snapshot.values))
-        return dict(snapshot.interrupts[0].value)
+        return snapshot, pause
 
     def answer(self, item_id: str, answer: Any) -> dict[str, Any]:
         """Resume the item with the reviewer's ``answer`` (a verdict, or ``{"verdict", "reviewer", "note"}``) and
         write its results line; returns the line. A ValueError, before anything changes, when the verdict does not
         fit the item or the item does not wait for a review."""
         config = self._config(item_id)
-        snapshot = self.app.get_state(config)
-        if not snapshot.interrupts:
-            raise NotAwaitingReview(self._why_not(item_id, snapshot.values))
+        snapshot, _ = self._paused(item_id)
         read_review(answer, as_item(snapshot.values["item"]))  # a wrong verdict is refused here, not re-asked
         values = self.app.invoke(Command(resume=answer), config, durability="exit")
         if values.get("__interrupt__"):
@@ -113,7 +125,7 @@ class Review:
             known = awaiting_ids(self.out)
             hint = f"; waiting: {', '.join(known[:10])}" if known else "; no item of this run waits for a review"
             return f"{self.out}: no item {item_id!r} in the checkpoints{hint}"
-        if (values.get("verdict") or {}).get("detail", {}).get("review"):
+        if decided_by(values.get("verdict")) == "review":
             return f"item {item_id!r} was already reviewed"
         return f"item {item_id!r} does not wait for a review"
 
