@@ -31,7 +31,6 @@ back to the original order, and its transcript; ``usage`` is summed per agent ov
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
@@ -39,6 +38,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from jurygraph.graphs.wiring import GraphLike, compile_inner
 from jurygraph.judging.aggregation import aggregate
 from jurygraph.judging.items import TaskKind, as_item
 from jurygraph.judging.judgments import Judgment, map_back, pairwise_label
@@ -154,7 +154,7 @@ def _combine_node(runs: list[Run], mode: str) -> RunnableLambda:
 
 
 def calibrate(
-    protocol: StateGraph | CompiledStateGraph | Callable[[], StateGraph],
+    protocol: GraphLike,
     mode: CalibrationMode | str = "bpc",
     *,
     k: int = 3,
@@ -170,10 +170,7 @@ def calibrate(
     A run whose verdict is missing is left out of the mean and counted in ``detail["runs_missing"]``.
     """
     runs = calibration_runs(mode, k)
-    graph = protocol() if callable(protocol) and not isinstance(protocol, StateGraph | CompiledStateGraph) \
-        else protocol
-    # compiled without a checkpointer: inside the wrapper it inherits the wrapper's, namespaced per run
-    compiled: CompiledStateGraph[Any, Any, Any, Any] = graph.compile() if isinstance(graph, StateGraph) else graph
+    compiled = compile_inner(protocol)  # namespaced per run inside the wrapper
     builder = StateGraph(state_schema, context_schema=context_schema)
     for run in runs:
         builder.add_node(run.name, _run_node(compiled, run, temperature))

@@ -29,9 +29,8 @@ from typing import Any
 
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 
-from jurygraph.graphs.wiring import branch_when, edges_of
+from jurygraph.graphs.wiring import GraphLike, branch_when, compile_inner, edges_of
 from jurygraph.judging.doubt import Condition, doubt_signals, parse_conditions, triggered
 from jurygraph.judging.state import ESCALATION_PREFIX
 from jurygraph.llm.calls import current_context
@@ -44,9 +43,6 @@ __all__ = ["ESCALATION", "route_doubtful", "verdict_node"]
 ESCALATION = "escalation"  # the models key of the stronger judge, and the namespace of its agents
 COUNTED = ("requests", "input_tokens", "output_tokens")
 
-GraphLike = StateGraph | CompiledStateGraph | Callable[[], StateGraph]
-
-
 def verdict_node(builder: StateGraph) -> str:
     """The node whose plain edge ends the graph: the one that writes the verdict."""
     sources = sorted(s for s, t in edges_of(builder) if t == END)
@@ -54,12 +50,6 @@ def verdict_node(builder: StateGraph) -> str:
         raise ValueError(f"the graph should end at one node that writes the verdict, not {sources or 'none'}; "
                          "pass source= to say which")
     return sources[0]
-
-
-def _compiled(graph: GraphLike) -> CompiledStateGraph[Any, Any, Any, Any]:
-    built = graph() if callable(graph) and not isinstance(graph, StateGraph | CompiledStateGraph) else graph
-    # no checkpointer of its own: inside the node it is namespaced under the item's thread
-    return built.compile() if isinstance(built, StateGraph) else built  # type: ignore[union-attr]
 
 
 def side_cost(usage: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -77,7 +67,7 @@ def _escalation_context() -> JuryContext:
 
 def make_escalation_node(graph: GraphLike, conditions: Sequence[Condition], name: str = "escalate") -> RunnableLambda:
     """The node that judges the item again with ``graph`` and records both verdicts (see the module's doc)."""
-    escalation = _compiled(graph)
+    escalation = compile_inner(graph)
     when = tuple(conditions)
 
     def result(state: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:

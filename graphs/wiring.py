@@ -18,11 +18,23 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 __all__ = ["END", "START", "branch_when", "chain", "edges_of", "exit_when", "insert_after", "remove_edge",
            "replace_edges", "turn_boundaries"]
 
 _TURN = re.compile(r"(?:_t|^round_)(\d+)(?:_g\d+)?$")
+
+
+# a protocol as a wrapper takes it: its graph (uncompiled or compiled), or a factory returning one
+GraphLike = StateGraph | CompiledStateGraph | Callable[[], StateGraph]
+
+
+def compile_inner(graph: GraphLike) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """A wrapped protocol's graph, compiled without a checkpointer of its own: inside the wrapper's node it
+    inherits the wrapper's, namespaced under the item's thread."""
+    built = graph() if callable(graph) and not isinstance(graph, StateGraph | CompiledStateGraph) else graph
+    return built.compile() if isinstance(built, StateGraph) else built  # type: ignore[union-attr]
 
 
 def edges_of(builder: StateGraph) -> set[tuple[str, str]]:
