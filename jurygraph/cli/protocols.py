@@ -56,12 +56,7 @@ class ProtocolSetup:
         params = self.params
         protocol = PROTOCOLS.get(str(params.get("protocol")))
         count = protocol.requests(params) if protocol and protocol.requests else _by_nodes(self)
-        mode = str(params.get("calibrate") or "")
-        if "mec" in mode:
-            count *= int(params.get("mec_k") or 1)
-        if "bpc" in mode:
-            count *= 2  # both answer orders
-        return count + self.escalation_requests
+        return count * calibration_factor(params) + self.escalation_requests
 
     def stop_bounds(self) -> tuple[str, str] | None:
         """When a plan may stop early, what gives its fewest and its most requests (what a dry run scripts);
@@ -428,6 +423,12 @@ def paper_positions(args: argparse.Namespace) -> None:
             args.calibration_baseline = "chateval"
 
 
+def calibration_factor(params: dict[str, Any]) -> int:
+    """How many times a calibrated protocol judges each item: k evidence samples (mec), both answer orders (bpc)."""
+    mode = str(params.get("calibrate") or "")
+    return (int(params.get("mec_k") or 1) if "mec" in mode else 1) * (2 if "bpc" in mode else 1)
+
+
 def calibrate_setup(setup: ProtocolSetup, mode: str, args: argparse.Namespace, *,
                     baseline: str | None = None) -> ProtocolSetup:
     """``--calibrate {bpc,mec,bpc+mec}``: the chosen protocol's graph wrapped with :func:`calibrate`."""
@@ -538,8 +539,8 @@ def escalation_setup(setup: ProtocolSetup, args: argparse.Namespace) -> Protocol
         what = {"protocol": f"{args.protocol} single agent"}
     mode = setup.params.get("calibrate")
     if mode:
-        graph = calibrate(graph, str(mode), k=args.mec_k, temperature=args.mec_temperature)
-        requests *= (int(args.mec_k) if "mec" in str(mode) else 1) * (2 if "bpc" in str(mode) else 1)
+        calibrated = calibrate_setup(ProtocolSetup(graph), str(mode), args)
+        graph, requests = calibrated.graph, requests * calibration_factor(calibrated.params)
         what["calibrate"] = str(mode)
     return ProtocolSetup(graph, {}, what, escalation_requests=requests)
 
