@@ -474,8 +474,8 @@ def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: s
     """A built-in benchmark by name, a file in one of their layouts, or a JSONL/CSV table (with ``task``)."""
     key = str(name_or_path)
     dataset = _load(key, aspect, task, mapping, reverse)
-    first = next(iter(dataset), None) if aspect else None  # a dataset's items share one task kind
-    if first is not None and first.task is TaskKind.PAIRWISE:
+    # a dataset's items share one task kind; a streamed table knows its kind without reading a row again
+    if aspect and TaskKind.PAIRWISE.value in dataset.tasks:
         # FairEval-style preferences have no aspects: an --aspect would be silently ignored
         raise DatasetError(f"{name_or_path}: --aspect {aspect} applies to score datasets; this one holds pairwise "
                            "preferences")
