@@ -125,17 +125,26 @@ def _replace_json(path: Path, data: Mapping[str, Any], indent: int | None = None
 def replace_result(out_dir: str | Path, record: dict[str, Any]) -> None:
     """Put ``record`` in place of its item's line (appended when the item has none), rewriting results.jsonl
     atomically: a crash leaves the old file or the new one. For the holder of the run's lock (a review)."""
-    path = Path(out_dir) / RESULTS
-    tmp = path.with_suffix(".jsonl.tmp")
-    placed = False
-    with tmp.open("w", encoding="utf-8") as handle:
+
+    def replaced() -> Iterator[dict[str, Any]]:
+        placed = False
         for old in iter_results(out_dir):
             if old.get("id") == record["id"]:
                 if placed:
                     continue
                 old, placed = record, True
-            handle.write(json.dumps(old, ensure_ascii=False) + "\n")
+            yield old
         if not placed:
+            yield record
+
+    _rewrite_results(Path(out_dir) / RESULTS, replaced())
+
+
+def _rewrite_results(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """results.jsonl holding ``records``, written beside it, synced and put in its place in one rename."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
@@ -147,11 +156,7 @@ class ResultsFile:
 
     def __init__(self, path: Path, keep: Iterable[dict[str, Any]]) -> None:
         self.path = path
-        tmp = path.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            for record in keep:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
+        _rewrite_results(path, keep)
         # unbuffered bytes: a failed write (disk full) leaves nothing queued that close() would retry
         self._handle: IO[bytes] = path.open("ab", buffering=0)
 
