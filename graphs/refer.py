@@ -23,7 +23,7 @@ Decisions where the paper is silent:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -103,11 +103,7 @@ def create_refer(
         raise ValueError("lite_from_turbo applies to variant='lite' (Lite = the first of Turbo's samples)")
     if feedback not in FEEDBACK_MODES:
         raise ValueError(f"unknown feedback mode {feedback!r}; choose one of {', '.join(FEEDBACK_MODES)}")
-    if prompt_file is not None and not Path(prompt_file).is_file():
-        raise FileNotFoundError(f"prompt file {str(prompt_file)!r} does not exist")
-
-    def choose(item: EvalItem) -> Any:
-        return template_for(item, template, prompt_file)
+    choose = _chooser(template, prompt_file)
 
     builder = StateGraph(state_schema, context_schema=context_schema)
     for peer in panel:
@@ -122,6 +118,18 @@ def create_refer(
     return builder
 
 
+def _chooser(template: str | None, prompt_file: str | Path | None) -> Callable[[EvalItem], Any]:
+    """Each item's peer prompt (``template``, ``prompt_file`` or the paper's for its task); a missing prompt file is
+    an error now, not at the first item."""
+    if prompt_file is not None and not Path(prompt_file).is_file():
+        raise FileNotFoundError(f"prompt file {str(prompt_file)!r} does not exist")
+
+    def choose(item: EvalItem) -> Any:
+        return template_for(item, template, prompt_file)
+
+    return choose
+
+
 def create_refer_peer(
     *,
     peer: str = "peer",
@@ -133,11 +141,7 @@ def create_refer_peer(
     """One model judging alone with ReFeR's peer prompt (no other peer, no area chair): ReFeR's single-agent form,
     which is what an escalation to a stronger model runs for a ReFeR panel (``--escalate-to``). The verdict is the
     peer's judgment (missing when it is); ``template``/``prompt_file`` as :func:`create_refer`'s."""
-    if prompt_file is not None and not Path(prompt_file).is_file():
-        raise FileNotFoundError(f"prompt file {str(prompt_file)!r} does not exist")
-
-    def choose(item: EvalItem) -> Any:
-        return template_for(item, template, prompt_file)
+    choose = _chooser(template, prompt_file)
 
     builder = StateGraph(state_schema, context_schema=context_schema)
     builder.add_node(peer, make_peer_node(Peer(peer), choose))

@@ -145,9 +145,10 @@ def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Seq
             update["histories"] = {name: [message] for name in listeners}
             update["transcript"] = [message]
         if final and reply.judgment is not None:
-            update["judgments"] = {referee.name: reply.judgment.to_state()}
+            judged = reply.judgment.to_state()
+            update["judgments"] = {referee.name: judged}
             if record_round:
-                update["round_judgments"] = [round_judgment(reply.judgment.to_state(), turn)]
+                update["round_judgments"] = [round_judgment(judged, turn)]
         return update
 
     return agent_node(body, f"{node_id(referee.name)}_t{turn}")
