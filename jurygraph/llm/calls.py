@@ -303,29 +303,28 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
     hit = ctx.cache.get(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
-    answered = _answered(ctx, PendingCall(cache_key, kind, messages, req, resolved, model), usage)
-    if answered is not None:
-        return answered
-    gate = _gate(ctx, resolved)
+    answer = _answered(ctx, cache_key, kind, messages, req, resolved, model)
+    if answer is None:
+        gate = _gate(ctx, resolved)
+        config = _trace(req)
 
-    config = _trace(req)
-
-    def send() -> Any:
-        if kind == "samples":
-            return _samples_sync(model, resolved, messages, req.n, gate, config)
-        if kind == "structured":
+        def send() -> Any:
+            if kind == "samples":
+                return _samples_sync(model, resolved, messages, req.n, gate, config)
+            if kind == "structured":
+                with gate:
+                    structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                    raw = structured.invoke(list(messages), config)
+                return raw["raw"], raw["parsed"]
             with gate:
-                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
-                raw = structured.invoke(list(messages), config)
-            return raw["raw"], raw["parsed"]
-        with gate:
-            return model.invoke(list(messages), config)
+                return model.invoke(list(messages), config)
 
-    out = _retry_sync(send)
-    _account(usage, req, resolved, out, ctx)
-    if cache_key:
-        ctx.cache.put(cache_key, _encode(kind, out))  # type: ignore[union-attr]
-    return out
+        answer = Answer(_retry_sync(send))
+    if answer.paid:
+        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch)
+    if cache_key and answer.cache:
+        ctx.cache.put(cache_key, _encode(kind, answer.out))  # type: ignore[union-attr]
+    return answer.out
 
 
 async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, resolved: ResolvedModel,
@@ -336,44 +335,38 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
     hit = await ctx.cache.aget(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
-    answered = _answered(ctx, PendingCall(cache_key, kind, messages, req, resolved, model), usage)
-    if answered is not None:
-        return answered
-    gate = _gate(ctx, resolved)
+    answer = _answered(ctx, cache_key, kind, messages, req, resolved, model)
+    if answer is None:
+        gate = _gate(ctx, resolved)
+        config = _trace(req)
 
-    config = _trace(req)
-
-    async def send() -> Any:
-        if kind == "samples":
-            return await _samples_async(model, resolved, messages, req.n, gate, config)
-        if kind == "structured":
+        async def send() -> Any:
+            if kind == "samples":
+                return await _samples_async(model, resolved, messages, req.n, gate, config)
+            if kind == "structured":
+                async with gate:
+                    structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                    raw = await structured.ainvoke(list(messages), config)
+                return raw["raw"], raw["parsed"]
             async with gate:
-                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
-                raw = await structured.ainvoke(list(messages), config)
-            return raw["raw"], raw["parsed"]
-        async with gate:
-            return await model.ainvoke(list(messages), config)
+                return await model.ainvoke(list(messages), config)
 
-    out = await _retry_async(send)
-    _account(usage, req, resolved, out, ctx)
-    if cache_key:
-        await ctx.cache.aput(cache_key, _encode(kind, out))  # type: ignore[union-attr]
-    return out
+        answer = Answer(await _retry_async(send))
+    if answer.paid:
+        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch)
+    if cache_key and answer.cache:
+        await ctx.cache.aput(cache_key, _encode(kind, answer.out))  # type: ignore[union-attr]
+    return answer.out
 
 
-def _answered(ctx: JuryContext, call: PendingCall, usage: dict[str, dict[str, Any]]) -> Any | None:
-    """The context's reply source's answer to a call the cache missed (paid and cached like a provider's), or
-    None: send it. The source may also stop the graph (an interrupt: the call waits for a batch)."""
+def _answered(ctx: JuryContext, key: str | None, kind: str, messages: Sequence[BaseMessage], req: ModelRequest,
+              resolved: ResolvedModel, model: Any) -> Answer | None:
+    """The context's reply source's answer to a call the cache missed (the caller pays and caches it as a
+    provider's reply, which is an :class:`Answer` paid, unbatched and cacheable), or None: send it. The source
+    may also stop the graph (an interrupt: the call waits for a batch)."""
     if ctx.replies is None:
         return None
-    answer: Answer | None = ctx.replies.answer(call)
-    if answer is None:
-        return None
-    if answer.paid:
-        _account(usage, call.request, call.resolved, answer.out, ctx, batch=answer.batch)
-    if call.key and ctx.cache and answer.cache:
-        ctx.cache.put(call.key, _encode(call.kind, answer.out))
-    return answer.out
+    return ctx.replies.answer(PendingCall(key, kind, messages, req, resolved, model))
 
 
 def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
