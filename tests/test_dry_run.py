@@ -158,6 +158,21 @@ def test_a_resumed_run_is_estimated_for_what_is_left(openai_server, capsys, tmp_
     assert (out / "llm_cache.sqlite").exists() and len(server.requests) == 10  # the dry run sent nothing
 
 
+def test_a_resumed_run_with_a_postgres_cache_is_estimated_with_it(openai_server, capsys, postgres_url: str,
+                                                                   tmp_path: Path) -> None:
+    """The same resume with the run's LLM cache in PostgreSQL (--cache URL, restored from the manifest): the calls
+    that table holds are free too."""
+    server = openai_server(lambda request, i: answer(request), faults=Faults(script=["ok"] * 9, always="401"))
+    out = tmp_path / "run"
+    args = common(server, "--protocol", "chateval", "--no-calibrate", "--dataset", "faireval", "--limit", "3",
+                  "--concurrency", "1", "--cache", postgres_url)
+    assert main(["eval", *args, "--out", str(out), "--quiet"]) == 1
+    report = dry_run(capsys, ["--resume", str(out)])
+    assert (report["items_already_done"], report["items"]) == (2, 1)
+    assert report["requests"] == 3  # the third item's first call is in the PostgreSQL cache: free
+    assert not (out / "llm_cache.sqlite").exists() and len(server.requests) == 10
+
+
 def test_a_run_prints_its_estimate_in_one_line_before_it_starts(openai_server, capsys, tmp_path: Path) -> None:
     server = openai_server(lambda request, i: answer(request))
     capsys.readouterr()

@@ -101,13 +101,13 @@ def still_to_do(args: argparse.Namespace, items: Any) -> Iterator[tuple[Iterable
     if not args.resume:
         yield items, len(items), 0, None
         return
-    from jurygraph.llm.cache import LLMCache
+    from jurygraph.llm.cache_postgres import is_postgres_url, open_cache
     from jurygraph.running.rundir import CACHE, iter_results
 
     done = {record["id"] for record in iter_results(args.resume) if record.get("status") == "ok"}
     todo = (item for item in items if item.id not in done)
-    path = Path(args.cache) if args.cache else Path(args.resume) / CACHE
-    cache = LLMCache(path) if path.exists() and not args.no_cache else None
+    target = args.cache or Path(args.resume) / CACHE  # the run's: a SQLite file or a PostgreSQL table (--cache URL)
+    cache = open_cache(target) if not args.no_cache and (is_postgres_url(target) or Path(target).exists()) else None
     skipped = sum(1 for item in items if item.id in done)
     try:
         yield todo, len(items) - skipped, skipped, cache
