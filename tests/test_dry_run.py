@@ -135,6 +135,19 @@ def test_the_text_form_says_what_it_assumed(openai_server, capsys) -> None:
     assert "wall time: at least" in text and "(--rps 0.01 for openai)" in text
 
 
+def test_a_bare_rps_is_one_limit_for_every_provider_as_in_the_run(capsys) -> None:
+    """A bare --rps N gates every provider's requests through one gate (ProviderGates' '*'): the wall time counts
+    them all against it, not each provider against its own N."""
+    args = ["--protocol", "debate", "--dataset", "summeval", "--aspect", "coherence", "--limit", "4",
+            "--model", "openai:gpt-4o-mini", "--models", "Critic=google_genai:gemini-2.0-flash"]
+    shared = dry_run(capsys, [*args, "--rps", "0.01"])
+    assert shared["requests"]["max"] == 36
+    assert (shared["wall_time_s"], shared["wall_time_bound"]) == (3600.0, "--rps 0.01 for openai and google_genai")
+    each = dry_run(capsys, [*args, "--rps", "openai=0.01", "--rps", "google_genai=0.01"])
+    openai = each["by_model"]["openai:gpt-4o-mini"]["requests"]["max"]
+    assert (each["wall_time_s"], each["wall_time_bound"]) == (openai / 0.01, "--rps 0.01 for openai")
+
+
 def test_a_large_dataset_is_estimated_from_a_stated_sample(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     from jurygraph.cli import costs
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from jurygraph.cli.protocols import ProtocolSetup
 from jurygraph.judging.items import EvalItem
-from jurygraph.llm.limits import ANY_PROVIDER, parse_limits
+from jurygraph.llm.limits import ProviderGates
 from jurygraph.llm.models import JuryContext
 from jurygraph.llm.pricing import prices_line
 from jurygraph.running.batch import BatchOptions
@@ -123,7 +123,7 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
     with still_to_do(args, items) as (todo, total, skipped, cache):
         result = estimate_run(setup, todo, total, context, prices, sample=DEFAULT_SAMPLE, tokenizer="download",
                               cache=cache)
-    report = _report(result, setup, args, dataset=dataset, skipped=skipped)
+    report = _report(result, setup, args, context, dataset=dataset, skipped=skipped)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
@@ -175,8 +175,8 @@ def _usd(low: float, high: float) -> str:
     return f"~${low:.4g}" if f"{low:.4g}" == f"{high:.4g}" else f"~${low:.4g}-${high:.4g}"
 
 
-def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, *, dataset: str,
-            skipped: int) -> dict[str, Any]:
+def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, context: JuryContext, *,
+            dataset: str, skipped: int) -> dict[str, Any]:
     """The estimate as the JSON object ``--dry-run --json`` prints (the text form is written from it)."""
     bounds = setup.stop_bounds()
     out: dict[str, Any] = {
@@ -196,7 +196,7 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, *,
     out["output_budget"] = {"assumed_reply_tokens": result.assumed_reply_tokens} if result.assumed_reply_tokens \
         else {}
     out["prices"] = prices_line(args.prices)
-    seconds, why = _wall_time(result, args)
+    seconds, why = _wall_time(result, args.concurrency, context.gates)
     out["wall_time_s"], out["wall_time_bound"] = round(seconds, 1), why
     if result.failed:
         out["items_not_estimated"] = dict(list(result.failed.items())[:10])
@@ -204,19 +204,26 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, *,
     return out
 
 
-def _wall_time(result: Estimate, args: argparse.Namespace) -> tuple[float, str]:
-    """The wall time the limits imply; a model's limits are its --base-url's or its provider's."""
-    limits = parse_limits(getattr(args, "rps", None), getattr(args, "in_flight", None))
+def _wall_time(result: Estimate, concurrency: int, gates: ProviderGates | None) -> tuple[float, str]:
+    """The wall time the run's limits imply. A model's requests count against the gate the run would send them
+    through (its --base-url's or its provider's limits, else a bare --rps/--in-flight's): providers that share a
+    gate share its limits, as in the run."""
     by_provider: dict[str, float] = {}
     for label, model in result.models.items():
         provider = label.partition("@")[2] or label.partition(":")[0]
         by_provider[provider] = by_provider.get(provider, 0.0) + model.most["requests"]
     given = []
-    for provider, requests in by_provider.items():
-        limit = limits.get(provider) or limits.get(ANY_PROVIDER)
-        if limit is not None:
-            given.append((provider, requests, limit.requests_per_second, limit.max_in_flight))
-    return wall_time(sum(by_provider.values()), result.reply_tokens, concurrency=args.concurrency, limits=given)
+    if gates is not None:
+        by_gate: dict[str, list[str]] = {}
+        for provider in by_provider:
+            key = gates.key(provider)
+            if key is not None:
+                by_gate.setdefault(key, []).append(provider)
+        limits = gates.limits
+        for key, providers in by_gate.items():
+            given.append((" and ".join(providers), sum(by_provider[p] for p in providers),
+                          limits[key].requests_per_second, limits[key].max_in_flight))
+    return wall_time(sum(by_provider.values()), result.reply_tokens, concurrency=concurrency, limits=given)
 
 
 def _text(report: dict[str, Any]) -> str:
