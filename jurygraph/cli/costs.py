@@ -15,13 +15,13 @@ from typing import Any
 
 from jurygraph.cli.protocols import ProtocolSetup
 from jurygraph.judging.items import EvalItem
+from jurygraph.judging.state import COUNTS
 from jurygraph.llm.limits import ProviderGates
 from jurygraph.llm.models import JuryContext
 from jurygraph.llm.pricing import prices_line
 from jurygraph.running.batch import BatchOptions
 from jurygraph.running.budget import Budget
 from jurygraph.running.estimate import (
-    COUNTS,
     DEFAULT_SAMPLE,
     Estimate,
     by_model_json,

@@ -31,6 +31,7 @@ from langgraph.runtime import get_runtime
 
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
 from jurygraph.judging.judgments import Judgment
+from jurygraph.judging.state import BATCH_COUNTS, COUNTS
 from jurygraph.llm.models import JuryContext, MissingAPIKey, ResolvedModel
 from jurygraph.llm.redact import redact_text
 
@@ -100,9 +101,6 @@ class ReplySource(Protocol):
 
     def answer(self, call: PendingCall) -> Answer | None: ...
 
-
-# usage keys beside requests/input_tokens/output_tokens: the part of them that went through a provider batch
-BATCH_COUNTS = ("batch_requests", "batch_input_tokens", "batch_output_tokens")
 
 NodeBody = Callable[[dict[str, Any]], Generator[Any, Any, dict[str, Any]]]
 
@@ -551,8 +549,7 @@ async def _samples_async(model: Any, resolved: ResolvedModel, messages: Sequence
 
 
 def _usage_entry(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: ResolvedModel) -> dict[str, Any]:
-    return usage.setdefault(req.agent, {"role": req.role, "model": resolved.label, "requests": 0,
-                                        "input_tokens": 0, "output_tokens": 0})
+    return usage.setdefault(req.agent, {"role": req.role, "model": resolved.label, **dict.fromkeys(COUNTS, 0)})
 
 
 _RECORDED_PARAMS = {"temperature": "temperature", "top_p": "top_p", "max_tokens": "max_tokens",
@@ -581,7 +578,7 @@ def _account(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: Reso
         paid["input_tokens"] += int(meta.get("input_tokens", 0))
         paid["output_tokens"] += int(meta.get("output_tokens", 0))
     if batch:
-        paid.update({f"batch_{key}": paid[key] for key in ("requests", "input_tokens", "output_tokens")})
+        paid.update({batch_key: paid[key] for key, batch_key in zip(COUNTS, BATCH_COUNTS, strict=True)})
     entry = _usage_entry(usage, req, resolved)
     for key, value in paid.items():
         entry[key] = entry.get(key, 0) + value

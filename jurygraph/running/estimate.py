@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, TaskKind
-from jurygraph.judging.state import add_usage
+from jurygraph.judging.state import COUNTS, usage_by_model
 from jurygraph.llm.calls import Answer, PendingCall, effective_params
 from jurygraph.llm.models import JuryContext, ModelSpec, to_spec
 from jurygraph.llm.pricing import price_of
@@ -45,7 +45,6 @@ from jurygraph.llm.tokens import TokenCounter, counter_in
 
 DEFAULT_REPLY_TOKENS = 512
 DEFAULT_SAMPLE = 200
-COUNTS = ("requests", "input_tokens", "output_tokens")
 
 # what a synthetic reply says before its answer line: plain evaluative prose, no digits, no answer labels, no
 # NO ISSUE in capitals (which would end a debate)
@@ -288,7 +287,7 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     models: dict[str, ModelEstimate] = {}
     for scenario in scenarios:
         for usage in per_item[scenario.name]:
-            for label, counts in _by_model(usage).items():
+            for label, counts in usage_by_model(usage).items():
                 model = models.setdefault(label, ModelEstimate(label, price=_price(label, prices)))
                 bucket = getattr(model, scenario.name)
                 for key in COUNTS:
@@ -296,7 +295,7 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     for label, model in models.items():
         counter = counters.get(label) or counter_in(label, tokenizer)
         model.tokenizer, model.exact_tokens = counter.method, counter.exact
-        model.items = sum(1 for usage in per_item[MOST.name] if label in _by_model(usage))
+        model.items = sum(1 for usage in per_item[MOST.name] if label in usage_by_model(usage))
         model.items = round(model.items * scale)
         if not bounded:
             model.fewest = dict(model.most)
@@ -311,7 +310,7 @@ def _item_most(usages: list[dict[str, dict[str, Any]]], models: Mapping[str, Mod
     most: dict[str, float] = {}
     for usage in usages:
         costs = {key: 0.0 for key in (*COUNTS, "cost_usd", "cost_usd_batch")}
-        for label, counts in _by_model(usage).items():
+        for label, counts in usage_by_model(usage).items():
             for key in COUNTS:
                 costs[key] += counts.get(key, 0)
             price = models[label].price if label in models else None
@@ -334,13 +333,6 @@ def _price(label: str, prices: Mapping[str, Any] | None) -> Mapping[str, float] 
 
 def _differs(models: Mapping[str, ModelEstimate]) -> bool:
     return any(round(m.most[key]) != round(m.fewest[key]) for m in models.values() for key in COUNTS)
-
-
-def _by_model(usage: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    totals: dict[str, dict[str, Any]] = {}
-    for entry in usage.values():
-        totals = add_usage(totals, {str(entry.get("model")): {key: int(entry.get(key, 0)) for key in COUNTS}})
-    return totals
 
 
 def _spaced(items: Iterable[EvalItem], count: int, sample: int | None) -> Iterable[EvalItem]:
