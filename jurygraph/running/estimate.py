@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -45,6 +45,7 @@ from jurygraph.llm.tokens import TokenCounter, counter_in
 
 DEFAULT_REPLY_TOKENS = 512
 DEFAULT_SAMPLE = 200
+Shown = TypeVar("Shown", int, float)
 
 # what a synthetic reply says before its answer line: plain evaluative prose, no digits, no answer labels, no
 # NO ISSUE in capitals (which would end a debate)
@@ -243,9 +244,7 @@ class Estimate:
         prices = [(m, m.price) for m in self.models.values() if m.price is not None]
         if not prices:
             return None
-        prefix = "batch_" if batch else ""
-        return round(sum(getattr(m, scenario)["input_tokens"] * p[f"{prefix}input"]
-                         + getattr(m, scenario)["output_tokens"] * p[f"{prefix}output"] for m, p in prices) / 1e6, 6)
+        return round(sum(_priced(getattr(m, scenario), p, batch=batch) for m, p in prices) / 1e6, 6)
 
     @property
     def exact_tokens(self) -> bool:
@@ -315,11 +314,18 @@ def _item_most(usages: list[dict[str, dict[str, Any]]], models: Mapping[str, Mod
                 costs[key] += counts.get(key, 0)
             price = models[label].price if label in models else None
             if price is not None:
-                for prefix, key in (("", "cost_usd"), ("batch_", "cost_usd_batch")):
-                    costs[key] += (counts.get("input_tokens", 0) * price[f"{prefix}input"]
-                                   + counts.get("output_tokens", 0) * price[f"{prefix}output"]) / 1e6
+                for batch, key in ((False, "cost_usd"), (True, "cost_usd_batch")):
+                    costs[key] += _priced(counts, price, batch=batch) / 1e6
         most = {key: max(value, most.get(key, 0.0)) for key, value in costs.items()}
     return most
+
+
+def _priced(counts: Mapping[str, float], price: Mapping[str, float], *, batch: bool) -> float:
+    """What the tokens in ``counts`` cost at ``price`` (USD per million tokens; its batch prices with ``batch``), in
+    millionths of a USD: the caller divides by 1e6 (a sum once)."""
+    prefix = "batch_" if batch else ""
+    return (counts.get("input_tokens", 0) * price[f"{prefix}input"]
+            + counts.get("output_tokens", 0) * price[f"{prefix}output"])
 
 
 def _price(label: str, prices: Mapping[str, Any] | None) -> Mapping[str, float] | None:
@@ -364,10 +370,14 @@ def wall_time(requests: float, reply_tokens: float, *, concurrency: int,
     return max(bounds)
 
 
+def _shape(low: Shown, high: Shown) -> Shown | dict[str, Shown]:
+    """The JSON shape of every estimated total: the value when the bounds agree, else {"min": .., "max": ..}."""
+    return high if low == high else {"min": low, "max": high}
+
+
 def requests_shape(low: float, high: float) -> int | dict[str, int]:
-    """An integer when the bounds agree, else {"min": .., "max": ..}: the JSON shape of every estimated total."""
-    low_i, high_i = round(low), round(high)
-    return low_i if low_i == high_i else {"min": low_i, "max": high_i}
+    """A count's bounds rounded to integers, in :func:`_shape`."""
+    return _shape(round(low), round(high))
 
 
 def by_model_json(estimate: Estimate) -> dict[str, dict[str, Any]]:
@@ -390,15 +400,12 @@ def by_model_json(estimate: Estimate) -> dict[str, dict[str, Any]]:
 def _cost_shape(model: ModelEstimate, *, batch: bool) -> float | dict[str, float] | None:
     if model.price is None:
         return None
-    prefix = "batch_" if batch else ""
-    low, high = ((getattr(model, s)["input_tokens"] * model.price[f"{prefix}input"]
-                  + getattr(model, s)["output_tokens"] * model.price[f"{prefix}output"]) / 1e6
-                 for s in ("fewest", "most"))
-    return round(high, 6) if round(low, 6) == round(high, 6) else {"min": round(low, 6), "max": round(high, 6)}
+    low, high = (_priced(getattr(model, s), model.price, batch=batch) / 1e6 for s in ("fewest", "most"))
+    return _shape(round(low, 6), round(high, 6))
 
 
 def costs_shape(estimate: Estimate, *, batch: bool = False) -> float | dict[str, float] | None:
     low, high = estimate.cost("fewest", batch=batch), estimate.cost("most", batch=batch)
     if low is None or high is None:
         return None
-    return high if low == high else {"min": low, "max": high}
+    return _shape(low, high)
