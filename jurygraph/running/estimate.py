@@ -271,22 +271,28 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     scenarios = (MOST, FEWEST) if bounded else (MOST,)
     sources = {s.name: SyntheticReplies(s, reply_tokens=reply_tokens, tokenizer=tokenizer, counters=counters)
                for s in scenarios}
-    per_item: dict[str, list[dict[str, dict[str, Any]]]] = {s.name: [] for s in scenarios}
+    # each rendered item's usage per model, by scenario
+    per_item: dict[str, list[dict[str, dict[str, int]]]] = {s.name: [] for s in scenarios}
+    # a scenario's context is the same for every item (nothing writes to it): built once, at the first item, where a
+    # model spec it cannot read fails that item as before
+    contexts: dict[str, JuryContext] = {}
     failed: dict[str, str] = {}
     for item in chosen:
         try:
             for scenario in scenarios:
-                ctx = planned_context(context, sources[scenario.name], cache)
-                state = app.invoke({"item": item.model_dump(mode="json", exclude_none=True)}, context=ctx)
-                per_item[scenario.name].append(state.get("usage") or {})
+                if scenario.name not in contexts:
+                    contexts[scenario.name] = planned_context(context, sources[scenario.name], cache)
+                state = app.invoke({"item": item.model_dump(mode="json", exclude_none=True)},
+                                   context=contexts[scenario.name])
+                per_item[scenario.name].append(usage_by_model(state.get("usage") or {}))
         except Exception as err:  # an item the protocol cannot judge: said, not guessed
             failed[item.id] = f"{type(err).__name__}: {err}"
     rendered = len(chosen) - len(failed)
     scale = count / rendered if rendered else 0.0
     models: dict[str, ModelEstimate] = {}
     for scenario in scenarios:
-        for usage in per_item[scenario.name]:
-            for label, counts in usage_by_model(usage).items():
+        for by_model in per_item[scenario.name]:
+            for label, counts in by_model.items():
                 model = models.setdefault(label, ModelEstimate(label, price=_price(label, prices)))
                 bucket = getattr(model, scenario.name)
                 for key in COUNTS:
@@ -294,7 +300,7 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     for label, model in models.items():
         counter = counters.get(label) or counter_in(label, tokenizer)
         model.tokenizer, model.exact_tokens = counter.method, counter.exact
-        model.items = sum(1 for usage in per_item[MOST.name] if label in usage_by_model(usage))
+        model.items = sum(1 for by_model in per_item[MOST.name] if label in by_model)
         model.items = round(model.items * scale)
         if not bounded:
             model.fewest = dict(model.most)
@@ -305,11 +311,12 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
                     sum(budgets) / len(budgets) if budgets else 0.0)
 
 
-def _item_most(usages: list[dict[str, dict[str, Any]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:
+def _item_most(per_item: list[dict[str, dict[str, int]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:
+    """The most one item costs: each count and USD figure's maximum over the items' usage per model."""
     most: dict[str, float] = {}
-    for usage in usages:
+    for by_model in per_item:
         costs = {key: 0.0 for key in (*COUNTS, "cost_usd", "cost_usd_batch")}
-        for label, counts in usage_by_model(usage).items():
+        for label, counts in by_model.items():
             for key in COUNTS:
                 costs[key] += counts.get(key, 0)
             price = models[label].price if label in models else None
