@@ -233,15 +233,15 @@ class BatchRounds:
         if not pending:
             return
         self.round += 1
-        by_api: dict[str, list[dict[str, Any]]] = {}
+        by_api: dict[str, list[str]] = {}
         for api, line in pending.values():
-            by_api.setdefault(api, []).append(line)
+            by_api.setdefault(api, []).append(_json_line(line))
         part = 0
         for api, lines in by_api.items():
             for chunk in _split(lines, self.options.max_requests, self.options.max_bytes):
                 part += 1
                 path = batch_file(self.run.out, self.round, part)
-                path.write_text("".join(_json_line(line) for line in chunk), encoding="utf-8")
+                path.write_text("".join(chunk), encoding="utf-8")
                 client = self.replies.clients[api]
                 where = {"round": self.round, "part": part, "api": api, "file": str(path.relative_to(self.run.out)),
                          "requests": len(chunk)}
@@ -395,11 +395,12 @@ def _with_counts(usage: dict[str, dict[str, Any]], paid: dict[str, dict[str, Any
     return out
 
 
-def _split(lines: list[dict[str, Any]], max_requests: int, max_bytes: int) -> list[list[dict[str, Any]]]:
-    chunks: list[list[dict[str, Any]]] = [[]]
+def _split(lines: list[str], max_requests: int, max_bytes: int) -> list[list[str]]:
+    """JSONL lines in chunks of at most ``max_requests`` lines and ``max_bytes`` bytes (a longer line alone)."""
+    chunks: list[list[str]] = [[]]
     size = 0
     for line in lines:
-        length = len(_json_line(line).encode())
+        length = len(line.encode())
         if chunks[-1] and (len(chunks[-1]) >= max_requests or size + length > max_bytes):
             chunks.append([])
             size = 0
