@@ -108,9 +108,11 @@ def still_to_do(args: argparse.Namespace, items: Any) -> Iterator[tuple[Iterable
     todo = (item for item in items if item.id not in done)
     target = args.cache or Path(args.resume) / CACHE  # the run's: a SQLite file or a PostgreSQL table (--cache URL)
     cache = open_cache(target) if not args.no_cache and (is_postgres_url(target) or Path(target).exists()) else None
-    skipped = sum(1 for item in items if item.id in done)
+    # every finished id is one of the run's items (a resume keeps the run's dataset options): no pass over the items
+    # to count them. A dataset file edited between invocations (--resume does not refuse it) makes this count
+    # the finished items it no longer has too
     try:
-        yield todo, len(items) - skipped, skipped, cache
+        yield todo, len(items) - len(done), len(done), cache
     finally:
         if cache is not None:
             cache.close()
