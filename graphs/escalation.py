@@ -32,7 +32,7 @@ from langgraph.graph import END, StateGraph
 
 from jurygraph.graphs.wiring import GraphLike, branch_when, compile_inner, edges_of
 from jurygraph.judging.doubt import Condition, doubt_signals, parse_conditions, triggered
-from jurygraph.judging.state import ESCALATION_PREFIX
+from jurygraph.judging.state import COUNTS, ESCALATION_PREFIX
 from jurygraph.llm.calls import current_context
 from jurygraph.llm.models import JuryContext
 from jurygraph.llm.pricing import estimate_cost
@@ -41,7 +41,6 @@ from jurygraph.nodes.review import make_review_node
 __all__ = ["ESCALATION", "route_doubtful", "verdict_node"]
 
 ESCALATION = "escalation"  # the models key of the stronger judge, and the namespace of its agents
-COUNTED = ("requests", "input_tokens", "output_tokens")
 
 def verdict_node(builder: StateGraph) -> str:
     """The node whose plain edge ends the graph: the one that writes the verdict."""
@@ -54,7 +53,7 @@ def verdict_node(builder: StateGraph) -> str:
 
 def side_cost(usage: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Requests, tokens and list-price USD (None when no model is priced) of some agents' usage."""
-    totals = {key: sum(int(entry.get(key, 0)) for entry in usage.values()) for key in COUNTED}
+    totals = {key: sum(int(entry.get(key, 0)) for entry in usage.values()) for key in COUNTS}
     return {**totals, "usd": estimate_cost(usage)}
 
 

@@ -266,3 +266,17 @@ def test_cost_options_that_make_no_sense_are_refused(extra: list[str], message: 
     assert main(["eval", "--dataset", "faireval", "--model", "openai:gpt-4o-mini", "--out", str(tmp_path / "r"),
                  *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_rounds_lines_are_split_at_the_providers_limits_in_utf8_bytes() -> None:
+    """A batch file holds at most max_requests lines and max_bytes bytes of UTF-8 (what the provider counts); a line
+    longer than max_bytes goes alone rather than nowhere."""
+    from jurygraph.running.batch import _json_line, _split
+
+    lines = [_json_line({"custom_id": str(i), "body": "é" * 10}) for i in range(5)]  # 51 bytes, 41 characters each
+    assert len(lines[0].encode()) == 51
+    assert [len(chunk) for chunk in _split(lines, 2, 10_000)] == [2, 2, 1]
+    assert [len(chunk) for chunk in _split(lines, 100, 110)] == [2, 2, 1]  # 102 bytes fit in 110, 153 do not
+    assert [len(chunk) for chunk in _split(lines, 100, 84)] == [1, 1, 1, 1, 1]  # 82 characters would fit
+    assert [len(chunk) for chunk in _split(lines, 100, 10)] == [1, 1, 1, 1, 1]
+    assert [line for chunk in _split(lines, 2, 110) for line in chunk] == lines

@@ -135,6 +135,19 @@ def test_the_text_form_says_what_it_assumed(openai_server, capsys) -> None:
     assert "wall time: at least" in text and "(--rps 0.01 for openai)" in text
 
 
+def test_a_bare_rps_is_one_limit_for_every_provider_as_in_the_run(capsys) -> None:
+    """A bare --rps N gates every provider's requests through one gate (ProviderGates' '*'): the wall time counts
+    them all against it, not each provider against its own N."""
+    args = ["--protocol", "debate", "--dataset", "summeval", "--aspect", "coherence", "--limit", "4",
+            "--model", "openai:gpt-4o-mini", "--models", "Critic=google_genai:gemini-2.0-flash"]
+    shared = dry_run(capsys, [*args, "--rps", "0.01"])
+    assert shared["requests"]["max"] == 36
+    assert (shared["wall_time_s"], shared["wall_time_bound"]) == (3600.0, "--rps 0.01 for openai and google_genai")
+    each = dry_run(capsys, [*args, "--rps", "openai=0.01", "--rps", "google_genai=0.01"])
+    openai = each["by_model"]["openai:gpt-4o-mini"]["requests"]["max"]
+    assert (each["wall_time_s"], each["wall_time_bound"]) == (openai / 0.01, "--rps 0.01 for openai")
+
+
 def test_a_large_dataset_is_estimated_from_a_stated_sample(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     from jurygraph.cli import costs
 
@@ -156,6 +169,21 @@ def test_a_resumed_run_is_estimated_for_what_is_left(openai_server, capsys, tmp_
     assert (report["items_already_done"], report["items"]) == (2, 1)
     assert report["requests"] == 3  # the third item's first call is in the run's cache: free
     assert (out / "llm_cache.sqlite").exists() and len(server.requests) == 10  # the dry run sent nothing
+
+
+def test_a_resumed_run_with_a_postgres_cache_is_estimated_with_it(openai_server, capsys, postgres_url: str,
+                                                                   tmp_path: Path) -> None:
+    """The same resume with the run's LLM cache in PostgreSQL (--cache URL, restored from the manifest): the calls
+    that table holds are free too."""
+    server = openai_server(lambda request, i: answer(request), faults=Faults(script=["ok"] * 9, always="401"))
+    out = tmp_path / "run"
+    args = common(server, "--protocol", "chateval", "--no-calibrate", "--dataset", "faireval", "--limit", "3",
+                  "--concurrency", "1", "--cache", postgres_url)
+    assert main(["eval", *args, "--out", str(out), "--quiet"]) == 1
+    report = dry_run(capsys, ["--resume", str(out)])
+    assert (report["items_already_done"], report["items"]) == (2, 1)
+    assert report["requests"] == 3  # the third item's first call is in the PostgreSQL cache: free
+    assert not (out / "llm_cache.sqlite").exists() and len(server.requests) == 10
 
 
 def test_a_run_prints_its_estimate_in_one_line_before_it_starts(openai_server, capsys, tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-"""The local OpenAI-compatible test server itself: it must not add latency of its own."""
+"""The local OpenAI-compatible test server itself: it must not add latency of its own, and its Batch API answers the
+API's objects."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -47,3 +49,24 @@ def test_a_request_cut_mid_send_is_not_counted(openai_server: Callable[..., Fake
         body = {"model": "fake", "messages": [{"role": "user", "content": "hello"}]}
         assert client.post("/chat/completions", json=body).status_code == 200
     assert len(server.requests) == 1
+
+
+def test_the_batch_endpoints_answer_batch_objects_without_the_fakes_bookkeeping(
+        openai_server: Callable[..., FakeOpenAIServer]) -> None:
+    """create, retrieve, list and cancel all answer the batch object the API defines, not the fake's own fields
+    (``_index``, ``_lines``: the batch's input lines)."""
+    import openai
+
+    server = openai_server(latency=0.0)
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "fake", "messages": [{"role": "user", "content": "hello"}]}}
+    uploaded = client.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    created = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                    completion_window="24h")
+    answers = {"create": created, "retrieve": client.batches.retrieve(created.id),
+               "list": next(iter(client.batches.list())), "cancel": client.batches.cancel(created.id)}
+    for route, batch in answers.items():
+        assert batch.id == created.id, route
+        assert not any(key.startswith("_") for key in batch.model_dump()), route
+    assert answers["cancel"].status == "cancelled"

@@ -72,3 +72,9 @@ def test_the_fake_servers_count_pieces_not_bytes() -> None:
     assert count_tokens(text) == 19
     assert prompt_tokens([{"role": "user", "content": text}]) == 3 + 3 + 1 + 19
     assert count_tokens(text) != counter_for("google_genai:x").text(text)
+
+
+def test_an_estimate_counts_tokens_in_one_of_two_modes() -> None:
+    assert tokens.counter_in("openai:gpt-4o-mini", "approximate").method.endswith("no tokenizer loaded before a run")
+    with pytest.raises(ValueError, match="tokenizer 'cached': one of download, approximate"):
+        tokens.counter_in("openai:gpt-4o-mini", "cached")

@@ -15,13 +15,13 @@ from typing import Any
 
 from jurygraph.cli.protocols import ProtocolSetup
 from jurygraph.judging.items import EvalItem
-from jurygraph.llm.limits import ANY_PROVIDER, parse_limits
+from jurygraph.judging.state import COUNTS
+from jurygraph.llm.limits import ProviderGates
 from jurygraph.llm.models import JuryContext
 from jurygraph.llm.pricing import prices_line
 from jurygraph.running.batch import BatchOptions
 from jurygraph.running.budget import Budget
 from jurygraph.running.estimate import (
-    COUNTS,
     DEFAULT_SAMPLE,
     Estimate,
     by_model_json,
@@ -101,16 +101,18 @@ def still_to_do(args: argparse.Namespace, items: Any) -> Iterator[tuple[Iterable
     if not args.resume:
         yield items, len(items), 0, None
         return
-    from jurygraph.llm.cache import LLMCache
+    from jurygraph.llm.cache_postgres import is_postgres_url, open_cache
     from jurygraph.running.rundir import CACHE, iter_results
 
     done = {record["id"] for record in iter_results(args.resume) if record.get("status") == "ok"}
     todo = (item for item in items if item.id not in done)
-    path = Path(args.cache) if args.cache else Path(args.resume) / CACHE
-    cache = LLMCache(path) if path.exists() and not args.no_cache else None
-    skipped = sum(1 for item in items if item.id in done)
+    target = args.cache or Path(args.resume) / CACHE  # the run's: a SQLite file or a PostgreSQL table (--cache URL)
+    cache = open_cache(target) if not args.no_cache and (is_postgres_url(target) or Path(target).exists()) else None
+    # every finished id is one of the run's items (a resume keeps the run's dataset options): no pass over the items
+    # to count them. A dataset file edited between invocations (--resume does not refuse it) makes this count
+    # the finished items it no longer has too
     try:
-        yield todo, len(items) - skipped, skipped, cache
+        yield todo, len(items) - len(done), len(done), cache
     finally:
         if cache is not None:
             cache.close()
@@ -123,7 +125,7 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
     with still_to_do(args, items) as (todo, total, skipped, cache):
         result = estimate_run(setup, todo, total, context, prices, sample=DEFAULT_SAMPLE, tokenizer="download",
                               cache=cache)
-    report = _report(result, setup, args, dataset=dataset, skipped=skipped)
+    report = _report(result, setup, args, context, dataset=dataset, skipped=skipped)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
@@ -175,8 +177,8 @@ def _usd(low: float, high: float) -> str:
     return f"~${low:.4g}" if f"{low:.4g}" == f"{high:.4g}" else f"~${low:.4g}-${high:.4g}"
 
 
-def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, *, dataset: str,
-            skipped: int) -> dict[str, Any]:
+def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, context: JuryContext, *,
+            dataset: str, skipped: int) -> dict[str, Any]:
     """The estimate as the JSON object ``--dry-run --json`` prints (the text form is written from it)."""
     bounds = setup.stop_bounds()
     out: dict[str, Any] = {
@@ -196,7 +198,7 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, *,
     out["output_budget"] = {"assumed_reply_tokens": result.assumed_reply_tokens} if result.assumed_reply_tokens \
         else {}
     out["prices"] = prices_line(args.prices)
-    seconds, why = _wall_time(result, args)
+    seconds, why = _wall_time(result, args.concurrency, context.gates)
     out["wall_time_s"], out["wall_time_bound"] = round(seconds, 1), why
     if result.failed:
         out["items_not_estimated"] = dict(list(result.failed.items())[:10])
@@ -204,19 +206,26 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, *,
     return out
 
 
-def _wall_time(result: Estimate, args: argparse.Namespace) -> tuple[float, str]:
-    """The wall time the limits imply; a model's limits are its --base-url's or its provider's."""
-    limits = parse_limits(getattr(args, "rps", None), getattr(args, "in_flight", None))
+def _wall_time(result: Estimate, concurrency: int, gates: ProviderGates | None) -> tuple[float, str]:
+    """The wall time the run's limits imply. A model's requests count against the gate the run would send them
+    through (its --base-url's or its provider's limits, else a bare --rps/--in-flight's): providers that share a
+    gate share its limits, as in the run."""
     by_provider: dict[str, float] = {}
     for label, model in result.models.items():
         provider = label.partition("@")[2] or label.partition(":")[0]
         by_provider[provider] = by_provider.get(provider, 0.0) + model.most["requests"]
     given = []
-    for provider, requests in by_provider.items():
-        limit = limits.get(provider) or limits.get(ANY_PROVIDER)
-        if limit is not None:
-            given.append((provider, requests, limit.requests_per_second, limit.max_in_flight))
-    return wall_time(sum(by_provider.values()), result.reply_tokens, concurrency=args.concurrency, limits=given)
+    if gates is not None:
+        by_gate: dict[str, list[str]] = {}
+        for provider in by_provider:
+            key = gates.key(provider)
+            if key is not None:
+                by_gate.setdefault(key, []).append(provider)
+        limits = gates.limits
+        for key, providers in by_gate.items():
+            given.append((" and ".join(providers), sum(by_provider[p] for p in providers),
+                          limits[key].requests_per_second, limits[key].max_in_flight))
+    return wall_time(sum(by_provider.values()), result.reply_tokens, concurrency=concurrency, limits=given)
 
 
 def _text(report: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ and read it back without registering our classes; :class:`~jurygraph.judging.ite
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from langchain_core.messages import AnyMessage, BaseMessage
@@ -17,6 +18,11 @@ from jurygraph.judging.items import EvalItem, as_item
 from jurygraph.judging.judgments import Judgment, Verdict
 
 HistoryUpdate = list[BaseMessage] | dict[str, list[BaseMessage]]
+
+# what an agent's usage entry counts (beside its role, model and call parameters), and the part of those counts
+# that went through a provider batch (present only where some did)
+COUNTS = ("requests", "input_tokens", "output_tokens")
+BATCH_COUNTS = ("batch_requests", "batch_input_tokens", "batch_output_tokens")
 
 
 def coerce_item(old: dict[str, Any] | None, new: EvalItem | dict[str, Any]) -> dict[str, Any]:
@@ -55,6 +61,19 @@ def add_usage(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) ->
             else:
                 into[key] = value
     return merged
+
+
+def usage_counts(entry: Mapping[str, Any]) -> dict[str, int]:
+    """A usage entry's counts: requests and tokens, and the batch part of them when there is one."""
+    return {key: int(entry.get(key, 0)) for key in (*COUNTS, *BATCH_COUNTS) if key in COUNTS or key in entry}
+
+
+def usage_by_model(usage: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per-agent usage summed per model (each entry's ``model`` label)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for entry in usage.values():
+        totals = add_usage(totals, {str(entry.get("model")): usage_counts(entry)})
+    return totals
 
 
 class JuryState(TypedDict, total=False):

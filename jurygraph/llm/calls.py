@@ -31,6 +31,7 @@ from langgraph.runtime import get_runtime
 
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
 from jurygraph.judging.judgments import Judgment
+from jurygraph.judging.state import BATCH_COUNTS, COUNTS
 from jurygraph.llm.models import JuryContext, MissingAPIKey, ResolvedModel
 from jurygraph.llm.redact import redact_text
 
@@ -100,9 +101,6 @@ class ReplySource(Protocol):
 
     def answer(self, call: PendingCall) -> Answer | None: ...
 
-
-# usage keys beside requests/input_tokens/output_tokens: the part of them that went through a provider batch
-BATCH_COUNTS = ("batch_requests", "batch_input_tokens", "batch_output_tokens")
 
 NodeBody = Callable[[dict[str, Any]], Generator[Any, Any, dict[str, Any]]]
 
@@ -303,29 +301,28 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
     hit = ctx.cache.get(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
-    answered = _answered(ctx, PendingCall(cache_key, kind, messages, req, resolved, model), usage)
-    if answered is not None:
-        return answered
-    gate = _gate(ctx, resolved)
+    answer = _answered(ctx, cache_key, kind, messages, req, resolved, model)
+    if answer is None:
+        gate = _gate(ctx, resolved)
+        config = _trace(req)
 
-    config = _trace(req)
-
-    def send() -> Any:
-        if kind == "samples":
-            return _samples_sync(model, resolved, messages, req.n, gate, config)
-        if kind == "structured":
+        def send() -> Any:
+            if kind == "samples":
+                return _samples_sync(model, resolved, messages, req.n, gate, config)
+            if kind == "structured":
+                with gate:
+                    structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                    raw = structured.invoke(list(messages), config)
+                return raw["raw"], raw["parsed"]
             with gate:
-                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
-                raw = structured.invoke(list(messages), config)
-            return raw["raw"], raw["parsed"]
-        with gate:
-            return model.invoke(list(messages), config)
+                return model.invoke(list(messages), config)
 
-    out = _retry_sync(send)
-    _account(usage, req, resolved, out, ctx)
-    if cache_key:
-        ctx.cache.put(cache_key, _encode(kind, out))  # type: ignore[union-attr]
-    return out
+        answer = Answer(_retry_sync(send))
+    if answer.paid:
+        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch)
+    if cache_key and answer.cache:
+        ctx.cache.put(cache_key, _encode(kind, answer.out))  # type: ignore[union-attr]
+    return answer.out
 
 
 async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, resolved: ResolvedModel,
@@ -336,44 +333,38 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
     hit = await ctx.cache.aget(cache_key) if ctx.cache and cache_key else None
     if hit is not None:
         return _decode(kind, hit, req)
-    answered = _answered(ctx, PendingCall(cache_key, kind, messages, req, resolved, model), usage)
-    if answered is not None:
-        return answered
-    gate = _gate(ctx, resolved)
+    answer = _answered(ctx, cache_key, kind, messages, req, resolved, model)
+    if answer is None:
+        gate = _gate(ctx, resolved)
+        config = _trace(req)
 
-    config = _trace(req)
-
-    async def send() -> Any:
-        if kind == "samples":
-            return await _samples_async(model, resolved, messages, req.n, gate, config)
-        if kind == "structured":
+        async def send() -> Any:
+            if kind == "samples":
+                return await _samples_async(model, resolved, messages, req.n, gate, config)
+            if kind == "structured":
+                async with gate:
+                    structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
+                    raw = await structured.ainvoke(list(messages), config)
+                return raw["raw"], raw["parsed"]
             async with gate:
-                structured = model.with_structured_output(req.form.schema(), include_raw=True)  # type: ignore[union-attr]
-                raw = await structured.ainvoke(list(messages), config)
-            return raw["raw"], raw["parsed"]
-        async with gate:
-            return await model.ainvoke(list(messages), config)
+                return await model.ainvoke(list(messages), config)
 
-    out = await _retry_async(send)
-    _account(usage, req, resolved, out, ctx)
-    if cache_key:
-        await ctx.cache.aput(cache_key, _encode(kind, out))  # type: ignore[union-attr]
-    return out
+        answer = Answer(await _retry_async(send))
+    if answer.paid:
+        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch)
+    if cache_key and answer.cache:
+        await ctx.cache.aput(cache_key, _encode(kind, answer.out))  # type: ignore[union-attr]
+    return answer.out
 
 
-def _answered(ctx: JuryContext, call: PendingCall, usage: dict[str, dict[str, Any]]) -> Any | None:
-    """The context's reply source's answer to a call the cache missed (paid and cached like a provider's), or
-    None: send it. The source may also stop the graph (an interrupt: the call waits for a batch)."""
+def _answered(ctx: JuryContext, key: str | None, kind: str, messages: Sequence[BaseMessage], req: ModelRequest,
+              resolved: ResolvedModel, model: Any) -> Answer | None:
+    """The context's reply source's answer to a call the cache missed (the caller pays and caches it as a
+    provider's reply, which is an :class:`Answer` paid, unbatched and cacheable), or None: send it. The source
+    may also stop the graph (an interrupt: the call waits for a batch)."""
     if ctx.replies is None:
         return None
-    answer: Answer | None = ctx.replies.answer(call)
-    if answer is None:
-        return None
-    if answer.paid:
-        _account(usage, call.request, call.resolved, answer.out, ctx, batch=answer.batch)
-    if call.key and ctx.cache and answer.cache:
-        ctx.cache.put(call.key, _encode(call.kind, answer.out))
-    return answer.out
+    return ctx.replies.answer(PendingCall(key, kind, messages, req, resolved, model))
 
 
 def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
@@ -558,8 +549,7 @@ async def _samples_async(model: Any, resolved: ResolvedModel, messages: Sequence
 
 
 def _usage_entry(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: ResolvedModel) -> dict[str, Any]:
-    return usage.setdefault(req.agent, {"role": req.role, "model": resolved.label, "requests": 0,
-                                        "input_tokens": 0, "output_tokens": 0})
+    return usage.setdefault(req.agent, {"role": req.role, "model": resolved.label, **dict.fromkeys(COUNTS, 0)})
 
 
 _RECORDED_PARAMS = {"temperature": "temperature", "top_p": "top_p", "max_tokens": "max_tokens",
@@ -588,7 +578,7 @@ def _account(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: Reso
         paid["input_tokens"] += int(meta.get("input_tokens", 0))
         paid["output_tokens"] += int(meta.get("output_tokens", 0))
     if batch:
-        paid.update({f"batch_{key}": paid[key] for key in ("requests", "input_tokens", "output_tokens")})
+        paid.update({batch_key: paid[key] for key, batch_key in zip(COUNTS, BATCH_COUNTS, strict=True)})
     entry = _usage_entry(usage, req, resolved)
     for key, value in paid.items():
         entry[key] = entry.get(key, 0) + value

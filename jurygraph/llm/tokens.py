@@ -126,16 +126,18 @@ def counter_for(label: str, *, download: bool = False) -> TokenCounter:
     return _encoding_counter(name, download)
 
 
-# how an estimate counts tokens: "download" (the dry run: fetch a missing encoding), "cached" (an encoding
-# already on disk, ~0.3 s to read), "approximate" (never a tokenizer: the line before a run stays instant)
-TOKENIZER_MODES = ("download", "cached", "approximate")
+# how an estimate counts tokens: "download" (the dry run: fetch a missing encoding), "approximate" (never a
+# tokenizer, not even one on disk, ~0.3 s to read: the line before a run stays instant)
+TOKENIZER_MODES = ("download", "approximate")
 
 
 def counter_in(label: str, mode: str) -> TokenCounter:
     """:func:`counter_for` in one of ``TOKENIZER_MODES``."""
     if mode == "approximate":
         return APPROXIMATE if encoding_name(label) is None else _approximate("no tokenizer loaded before a run")
-    return counter_for(label, download=mode == "download")
+    if mode != "download":
+        raise ValueError(f"tokenizer {mode!r}: one of {', '.join(TOKENIZER_MODES)}")
+    return counter_for(label, download=True)
 
 
 @cache

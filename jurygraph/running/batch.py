@@ -41,16 +41,15 @@ from typing import Any
 from langgraph.types import interrupt
 
 from jurygraph.judging.items import EvalItem
-from jurygraph.judging.state import add_usage
+from jurygraph.judging.state import BATCH_COUNTS, COUNTS, add_usage
 from jurygraph.llm.batches import MAX_BYTES, MAX_REQUESTS, TERMINAL, OpenAIBatches, batchable, decode, request_line
-from jurygraph.llm.calls import BATCH_COUNTS, Answer, PendingCall
+from jurygraph.llm.calls import Answer, PendingCall
 from jurygraph.llm.models import JuryContext, ModelSpec, build_model, to_spec
 from jurygraph.llm.redact import redact_text, redact_url
 from jurygraph.running.rundir import AWAITING_REVIEW, append_batch_event, batch_file, read_batch_events
 
 MAX_BATCH_ATTEMPTS = 3
 DEFAULT_API = "https://api.openai.com/v1"
-COUNTED = ("requests", "input_tokens", "output_tokens", *BATCH_COUNTS)
 
 
 @dataclass(frozen=True)
@@ -239,15 +238,15 @@ class BatchRounds:
         if not pending:
             return
         self.round += 1
-        by_api: dict[str, list[dict[str, Any]]] = {}
+        by_api: dict[str, list[str]] = {}
         for api, line in pending.values():
-            by_api.setdefault(api, []).append(line)
+            by_api.setdefault(api, []).append(_json_line(line))
         part = 0
         for api, lines in by_api.items():
             for chunk in _split(lines, self.options.max_requests, self.options.max_bytes):
                 part += 1
                 path = batch_file(self.run.out, self.round, part)
-                path.write_text("".join(_json_line(line) for line in chunk), encoding="utf-8")
+                path.write_text("".join(chunk), encoding="utf-8")
                 client = self.replies.clients[api]
                 where = {"round": self.round, "part": part, "api": api, "file": str(path.relative_to(self.run.out)),
                          "requests": len(chunk)}
@@ -388,23 +387,25 @@ def batches_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _with_counts(usage: dict[str, dict[str, Any]], paid: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """An item's usage over its rounds: each agent's role, model and parameters from its final run, its counts
     from every call it paid for in this invocation (a round's replay finds the earlier rounds' calls cached)."""
+    counted = (*COUNTS, *BATCH_COUNTS)
     out = {agent: dict(entry) for agent, entry in usage.items()}
     for agent, entry in paid.items():
-        into = out.setdefault(agent, {key: value for key, value in entry.items() if key not in COUNTED})
-        for key in COUNTED:
+        into = out.setdefault(agent, {key: value for key, value in entry.items() if key not in counted})
+        for key in counted:
             if key in entry or key in into:
                 into[key] = int(entry.get(key, 0))
     for agent, into in out.items():
         if agent not in paid:
-            into.update({key: 0 for key in COUNTED if key in into})
+            into.update({key: 0 for key in counted if key in into})
     return out
 
 
-def _split(lines: list[dict[str, Any]], max_requests: int, max_bytes: int) -> list[list[dict[str, Any]]]:
-    chunks: list[list[dict[str, Any]]] = [[]]
+def _split(lines: list[str], max_requests: int, max_bytes: int) -> list[list[str]]:
+    """JSONL lines in chunks of at most ``max_requests`` lines and ``max_bytes`` bytes (a longer line alone)."""
+    chunks: list[list[str]] = [[]]
     size = 0
     for line in lines:
-        length = len(_json_line(line).encode())
+        length = len(line.encode())
         if chunks[-1] and (len(chunks[-1]) >= max_requests or size + length > max_bytes):
             chunks.append([])
             size = 0

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, TaskKind
-from jurygraph.judging.state import add_usage
+from jurygraph.judging.state import COUNTS, usage_by_model
 from jurygraph.llm.calls import Answer, PendingCall, effective_params
 from jurygraph.llm.models import JuryContext, ModelSpec, to_spec
 from jurygraph.llm.pricing import price_of
@@ -45,7 +45,7 @@ from jurygraph.llm.tokens import TokenCounter, counter_in
 
 DEFAULT_REPLY_TOKENS = 512
 DEFAULT_SAMPLE = 200
-COUNTS = ("requests", "input_tokens", "output_tokens")
+Shown = TypeVar("Shown", int, float)
 
 # what a synthetic reply says before its answer line: plain evaluative prose, no digits, no answer labels, no
 # NO ISSUE in capitals (which would end a debate)
@@ -244,9 +244,7 @@ class Estimate:
         prices = [(m, m.price) for m in self.models.values() if m.price is not None]
         if not prices:
             return None
-        prefix = "batch_" if batch else ""
-        return round(sum(getattr(m, scenario)["input_tokens"] * p[f"{prefix}input"]
-                         + getattr(m, scenario)["output_tokens"] * p[f"{prefix}output"] for m, p in prices) / 1e6, 6)
+        return round(sum(_priced(getattr(m, scenario), p, batch=batch) for m, p in prices) / 1e6, 6)
 
     @property
     def exact_tokens(self) -> bool:
@@ -273,22 +271,28 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     scenarios = (MOST, FEWEST) if bounded else (MOST,)
     sources = {s.name: SyntheticReplies(s, reply_tokens=reply_tokens, tokenizer=tokenizer, counters=counters)
                for s in scenarios}
-    per_item: dict[str, list[dict[str, dict[str, Any]]]] = {s.name: [] for s in scenarios}
+    # each rendered item's usage per model, by scenario
+    per_item: dict[str, list[dict[str, dict[str, int]]]] = {s.name: [] for s in scenarios}
+    # a scenario's context is the same for every item (nothing writes to it): built once, at the first item, where a
+    # model spec it cannot read fails that item as before
+    contexts: dict[str, JuryContext] = {}
     failed: dict[str, str] = {}
     for item in chosen:
         try:
             for scenario in scenarios:
-                ctx = planned_context(context, sources[scenario.name], cache)
-                state = app.invoke({"item": item.model_dump(mode="json", exclude_none=True)}, context=ctx)
-                per_item[scenario.name].append(state.get("usage") or {})
+                if scenario.name not in contexts:
+                    contexts[scenario.name] = planned_context(context, sources[scenario.name], cache)
+                state = app.invoke({"item": item.model_dump(mode="json", exclude_none=True)},
+                                   context=contexts[scenario.name])
+                per_item[scenario.name].append(usage_by_model(state.get("usage") or {}))
         except Exception as err:  # an item the protocol cannot judge: said, not guessed
             failed[item.id] = f"{type(err).__name__}: {err}"
     rendered = len(chosen) - len(failed)
     scale = count / rendered if rendered else 0.0
     models: dict[str, ModelEstimate] = {}
     for scenario in scenarios:
-        for usage in per_item[scenario.name]:
-            for label, counts in _by_model(usage).items():
+        for by_model in per_item[scenario.name]:
+            for label, counts in by_model.items():
                 model = models.setdefault(label, ModelEstimate(label, price=_price(label, prices)))
                 bucket = getattr(model, scenario.name)
                 for key in COUNTS:
@@ -296,7 +300,7 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     for label, model in models.items():
         counter = counters.get(label) or counter_in(label, tokenizer)
         model.tokenizer, model.exact_tokens = counter.method, counter.exact
-        model.items = sum(1 for usage in per_item[MOST.name] if label in _by_model(usage))
+        model.items = sum(1 for by_model in per_item[MOST.name] if label in by_model)
         model.items = round(model.items * scale)
         if not bounded:
             model.fewest = dict(model.most)
@@ -307,20 +311,28 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
                     sum(budgets) / len(budgets) if budgets else 0.0)
 
 
-def _item_most(usages: list[dict[str, dict[str, Any]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:
+def _item_most(per_item: list[dict[str, dict[str, int]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:
+    """The most one item costs: each count and USD figure's maximum over the items' usage per model."""
     most: dict[str, float] = {}
-    for usage in usages:
+    for by_model in per_item:
         costs = {key: 0.0 for key in (*COUNTS, "cost_usd", "cost_usd_batch")}
-        for label, counts in _by_model(usage).items():
+        for label, counts in by_model.items():
             for key in COUNTS:
                 costs[key] += counts.get(key, 0)
             price = models[label].price if label in models else None
             if price is not None:
-                for prefix, key in (("", "cost_usd"), ("batch_", "cost_usd_batch")):
-                    costs[key] += (counts.get("input_tokens", 0) * price[f"{prefix}input"]
-                                   + counts.get("output_tokens", 0) * price[f"{prefix}output"]) / 1e6
+                for batch, key in ((False, "cost_usd"), (True, "cost_usd_batch")):
+                    costs[key] += _priced(counts, price, batch=batch) / 1e6
         most = {key: max(value, most.get(key, 0.0)) for key, value in costs.items()}
     return most
+
+
+def _priced(counts: Mapping[str, float], price: Mapping[str, float], *, batch: bool) -> float:
+    """What the tokens in ``counts`` cost at ``price`` (USD per million tokens; its batch prices with ``batch``), in
+    millionths of a USD: the caller divides by 1e6 (a sum once)."""
+    prefix = "batch_" if batch else ""
+    return (counts.get("input_tokens", 0) * price[f"{prefix}input"]
+            + counts.get("output_tokens", 0) * price[f"{prefix}output"])
 
 
 def _price(label: str, prices: Mapping[str, Any] | None) -> Mapping[str, float] | None:
@@ -334,13 +346,6 @@ def _price(label: str, prices: Mapping[str, Any] | None) -> Mapping[str, float] 
 
 def _differs(models: Mapping[str, ModelEstimate]) -> bool:
     return any(round(m.most[key]) != round(m.fewest[key]) for m in models.values() for key in COUNTS)
-
-
-def _by_model(usage: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    totals: dict[str, dict[str, Any]] = {}
-    for entry in usage.values():
-        totals = add_usage(totals, {str(entry.get("model")): {key: int(entry.get(key, 0)) for key in COUNTS}})
-    return totals
 
 
 def _spaced(items: Iterable[EvalItem], count: int, sample: int | None) -> Iterable[EvalItem]:
@@ -372,10 +377,14 @@ def wall_time(requests: float, reply_tokens: float, *, concurrency: int,
     return max(bounds)
 
 
+def _shape(low: Shown, high: Shown) -> Shown | dict[str, Shown]:
+    """The JSON shape of every estimated total: the value when the bounds agree, else {"min": .., "max": ..}."""
+    return high if low == high else {"min": low, "max": high}
+
+
 def requests_shape(low: float, high: float) -> int | dict[str, int]:
-    """An integer when the bounds agree, else {"min": .., "max": ..}: the JSON shape of every estimated total."""
-    low_i, high_i = round(low), round(high)
-    return low_i if low_i == high_i else {"min": low_i, "max": high_i}
+    """A count's bounds rounded to integers, in :func:`_shape`."""
+    return _shape(round(low), round(high))
 
 
 def by_model_json(estimate: Estimate) -> dict[str, dict[str, Any]]:
@@ -398,15 +407,12 @@ def by_model_json(estimate: Estimate) -> dict[str, dict[str, Any]]:
 def _cost_shape(model: ModelEstimate, *, batch: bool) -> float | dict[str, float] | None:
     if model.price is None:
         return None
-    prefix = "batch_" if batch else ""
-    low, high = ((getattr(model, s)["input_tokens"] * model.price[f"{prefix}input"]
-                  + getattr(model, s)["output_tokens"] * model.price[f"{prefix}output"]) / 1e6
-                 for s in ("fewest", "most"))
-    return round(high, 6) if round(low, 6) == round(high, 6) else {"min": round(low, 6), "max": round(high, 6)}
+    low, high = (_priced(getattr(model, s), model.price, batch=batch) / 1e6 for s in ("fewest", "most"))
+    return _shape(round(low, 6), round(high, 6))
 
 
 def costs_shape(estimate: Estimate, *, batch: bool = False) -> float | dict[str, float] | None:
     low, high = estimate.cost("fewest", batch=batch), estimate.cost("most", batch=batch)
     if low is None or high is None:
         return None
-    return high if low == high else {"min": low, "max": high}
+    return _shape(low, high)

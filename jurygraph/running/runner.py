@@ -41,9 +41,9 @@ from langgraph.types import Durability, StateSnapshot
 
 from jurygraph.judging.doubt import decided_by, doubt_signals
 from jurygraph.judging.items import EvalItem
-from jurygraph.judging.state import add_usage
+from jurygraph.judging.state import COUNTS, add_usage, usage_by_model, usage_counts
 from jurygraph.llm.cache_postgres import is_postgres_url, open_cache
-from jurygraph.llm.calls import BATCH_COUNTS, ProviderUnavailable
+from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
 from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
@@ -251,11 +251,6 @@ async def _arun_locked(graph: StateGraph | CompiledStateGraph, items: Iterable[E
     async with open_checkpointer(checkpoint or out / CHECKPOINTS) as saver:
         await run.judge_all(graph.compile(checkpointer=saver) if isinstance(graph, StateGraph) else graph)
     return run.finish()
-
-
-# what a run's usage totals count, per agent and per model (each item's usage also names the agent's role, model
-# and the parameters it was called with)
-COUNTED = ("requests", "input_tokens", "output_tokens")
 
 
 class _Run:
@@ -547,7 +542,7 @@ class _Run:
         # an item a previous invocation paused for review: its usage was paid and counted by that invocation
         usage = {} if record["id"] in self.still_waiting else record.get("usage") or {}
         self.usage = add_usage(self.usage, {
-            agent: {"role": entry.get("role"), "model": entry.get("model"), **_counts(entry)}
+            agent: {"role": entry.get("role"), "model": entry.get("model"), **usage_counts(entry)}
             for agent, entry in usage.items()})
         summary.requests, summary.input_tokens, summary.output_tokens = _counted(self.usage.values())
         _note_generation(self.generation, record)
@@ -575,7 +570,7 @@ class _Run:
             counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir", "awaiting")},
             # the items a person has to decide (`jurygraph review RUN_DIR`); they keep their checkpoints
             awaiting_review=sorted(summary.awaiting),
-            usage_by_agent=self.usage, usage_by_model=_by_model(self.usage), generation=self.generation,
+            usage_by_agent=self.usage, usage_by_model=usage_by_model(self.usage), generation=self.generation,
             attempts_by_model=dict(attempts),
         )
         self.meter.save()
@@ -741,19 +736,7 @@ def _note_generation(generation: dict[str, dict[str, Any]], record: dict[str, An
 def _counted(entries: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
     """Requests, input tokens and output tokens over usage entries."""
     rows = list(entries)
-    return tuple(sum(int(entry.get(key, 0)) for entry in rows) for key in COUNTED)
-
-
-def _counts(entry: Mapping[str, Any]) -> dict[str, int]:
-    """A usage entry's counts: requests and tokens, and the batch part of them when there is one."""
-    return {key: int(entry.get(key, 0)) for key in (*COUNTED, *BATCH_COUNTS) if key in COUNTED or key in entry}
-
-
-def _by_model(usage: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
-    totals: dict[str, dict[str, int]] = {}
-    for entry in usage.values():
-        totals = add_usage(totals, {str(entry.get("model")): _counts(entry)})
-    return totals
+    return tuple(sum(int(entry.get(key, 0)) for entry in rows) for key in COUNTS)
 
 
 def _progress_bar(total: int | None, enabled: bool) -> Any:

@@ -56,7 +56,7 @@ class FakeBatchAPI:
                 return _error(404, "No such batch")
             batch["status"] = "cancelled"
             batch["cancelled_at"] = int(time.time())
-            return _json(200, batch)
+            return _json(200, _public(batch))
         return None
 
     def get(self, path: str) -> tuple[int, bytes, str] | None:
@@ -71,7 +71,7 @@ class FakeBatchAPI:
         if parts[-1] == "batches":
             with self._lock:
                 listed = sorted(self.batches.values(), key=lambda b: b["created_at"], reverse=True)
-            return _json(200, {"object": "list", "data": listed, "has_more": False,
+            return _json(200, {"object": "list", "data": [_public(batch) for batch in listed], "has_more": False,
                                "first_id": listed[0]["id"] if listed else None,
                                "last_id": listed[-1]["id"] if listed else None})
         if parts[-2:-1] == ["batches"]:

@@ -197,9 +197,10 @@ class FakeServer(LocalServer):
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, *,
+                      content_type: str = "application/json") -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
@@ -209,20 +210,13 @@ class FakeServer(LocalServer):
             def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(body).encode(), headers)
 
-            def _other(self, answer: tuple[int, bytes, str]) -> None:
-                status, body, content_type = answer
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
             def do_GET(self) -> None:
                 answer = server._get(self.path)
                 if answer is None:
                     self._json(404, server._error(404, f"no endpoint {self.path}"))
                 else:
-                    self._other(answer)
+                    status, body, content_type = answer
+                    self._send(status, body, content_type=content_type)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
@@ -232,7 +226,8 @@ class FakeServer(LocalServer):
                     return
                 other = server._post_other(self.path, self.headers.get("Content-Type", ""), raw)
                 if other is not None:
-                    self._other(other)
+                    status, body, content_type = other
+                    self._send(status, body, content_type=content_type)
                     return
                 try:
                     request = json.loads(raw or b"{}")
@@ -285,11 +280,7 @@ class FakeServer(LocalServer):
             def _events(self, chunks: list[dict[str, Any]]) -> None:
                 """A streamed answer as server-sent events, one ``data:`` line per chunk."""
                 body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n" for chunk in chunks)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self._send(200, body, content_type="text/event-stream")
 
         return Handler
 
@@ -309,7 +300,7 @@ class FakeOpenAIServer(FakeServer):
         self.batches = FakeBatchAPI(lambda body: self._completion(body, ""))
 
     def _post_other(self, path: str, content_type: str, raw: bytes) -> tuple[int, bytes, str] | None:
-        return self.batches.post(path, content_type, raw) if "/files" in path or "/batches" in path else None
+        return self.batches.post(path, content_type, raw)  # None for a path that is not a file's or a batch's
 
     def _get(self, path: str) -> tuple[int, bytes, str] | None:
         return self.batches.get(path)
