@@ -110,9 +110,9 @@ def still_to_do(args: argparse.Namespace, items: Any) -> Iterator[tuple[Iterable
     cache = open_cache(target) if not args.no_cache and (is_postgres_url(target) or Path(target).exists()) else None
     # every finished id is one of the run's items (a resume keeps the run's dataset options): no pass over the items
     # to count them. A dataset file edited between invocations (--resume does not refuse it) makes this count
-    # the finished items it no longer has too
+    # the finished items it no longer has too; the items left are never fewer than none
     try:
-        yield todo, len(items) - len(done), len(done), cache
+        yield todo, max(0, len(items) - len(done)), len(done), cache
     finally:
         if cache is not None:
             cache.close()
