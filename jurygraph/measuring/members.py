@@ -10,7 +10,7 @@
 - DEBATE: one Scorer, before and after the Critic: its first score and its last (``verdict.detail.scores``).
 - FairEval's own evaluator (``--protocol single --calibrate``): its reviews ``<order> #<sample>`` are one judge.
 
-:func:`member_records` gives a run's records as one member would have them (its judgment as the verdict), so
+:func:`member_views` gives a run's records as each member would have them (its judgment as the verdict), so
 a member is measured exactly as the verdict is, by :func:`~jurygraph.measuring.metaeval.evaluate_records`.
 """
 
@@ -88,14 +88,9 @@ def member_names(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return list(member_views(records))
 
 
-def member_records(records: Iterable[Mapping[str, Any]], member: str) -> list[dict[str, Any]]:
-    """The run's records with each verdict replaced by ``member``'s judgment (missing where it gave none)."""
-    records = list(records)
-    return member_views(records).get(member) or [_view(r, None, member) for r in records]
-
-
 def member_views(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """:func:`member_records` of every member, in the order they first appear (each record read once)."""
+    """Member -> the run's records with each verdict replaced by the member's judgment (missing where it gave
+    none), for every member in the order they first appear (each record read once)."""
     records = list(records)
     judged = [member_judgments(record) for record in records]
     names = list(dict.fromkeys(name for found in judged for name in found))

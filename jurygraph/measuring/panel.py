@@ -30,7 +30,7 @@ import numpy as np
 from jurygraph.measuring import metrics
 from jurygraph.measuring.conformity import ORDINAL, Moves, conformity
 from jurygraph.measuring.families import FAMILIES, Rule, family_of, model_name
-from jurygraph.measuring.members import member_judgments, member_models, member_records, member_views
+from jurygraph.measuring.members import member_judgments, member_models, member_views
 from jurygraph.measuring.metaeval import (
     MIN_UNITS_FOR_INTERVAL,
     LabelData,
@@ -248,8 +248,8 @@ def member_position(names: Sequence[str], records: Sequence[Sequence[Mapping[str
     per_run = [member_views(run) for run in records]
     members = list(dict.fromkeys(member for views in per_run for member in views))
     for member in members:
-        views = [views.get(member) or member_records(run, member) for views, run in zip(per_run, records,
-                                                                                          strict=True)]
+        # a run the member is absent from gives no pairs, so no bias: the filter below drops it
+        views = [views.get(member, []) for views in per_run]
         for indices, bias in run_biases(names, views, manifests):
             if bias.pairs:
                 bias.name = member
