@@ -256,8 +256,8 @@ def label_result(data: LabelData, *, resamples: int = 1000, confidence: float = 
     pred, gold = data.predicted, data.human
     intervals: dict[str, Interval] = {}
     if resamples and len(pred) >= MIN_UNITS_FOR_INTERVAL:
-        # metrics.accuracy and metrics.cohen_kappa on integer codes: the classes of ``labels`` first (only they
-        # enter p_e, as in cohen_kappa), then any other value; ~50x faster, which a panel's members multiply
+        # accuracy and kappa on integer codes: the classes of ``labels`` first (only they enter p_e, as in
+        # cohen_kappa), then any other value; ~50x faster, which a panel's members multiply
         codes = {label: k for k, label in enumerate(dict.fromkeys([*labels, *pred, *gold]))}
         pred_codes = np.array([codes[x] for x in pred])
         gold_codes = np.array([codes[x] for x in gold])
@@ -265,11 +265,7 @@ def label_result(data: LabelData, *, resamples: int = 1000, confidence: float = 
         def both(draw: Sequence[int]) -> dict[str, float]:
             rows = np.asarray(draw)
             p, g = pred_codes[rows], gold_codes[rows]
-            p_o = float(np.mean(p == g))
-            p_e = sum(float(a) * float(b) for a, b in zip(np.bincount(p, minlength=len(codes))[:len(labels)],
-                                                          np.bincount(g, minlength=len(codes))[:len(labels)],
-                                                          strict=True)) / rows.size ** 2
-            return {"accuracy": p_o, "kappa": math.nan if p_e == 1 else (p_o - p_e) / (1 - p_e)}
+            return {"accuracy": float(np.mean(p == g)), "kappa": metrics.kappa_from_codes(p, g, len(labels))}
         intervals = metrics.bootstrap_cis(both, len(pred), resamples=resamples, confidence=confidence, seed=seed)
     return LabelResult(data.kind, metrics.accuracy(pred, gold), metrics.cohen_kappa(pred, gold, labels),
                        len(pred), data.missing, data.no_human, intervals, labels,
