@@ -186,13 +186,15 @@ def finish(methods: list[MethodResult], args: argparse.Namespace,
     return 0
 
 
-def run_systems(path: str, records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+def run_systems(path: str, records: Sequence[dict[str, Any]],
+                manifest: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
     """The systems each pairwise item names: from its results line (``systems``), or for runs written before
-    results kept them, from the run's checkpoints (none when it has none)."""
+    results kept them, from the run's checkpoints (none when it has none). ``manifest``: the run's, as
+    :func:`read_runs` read it."""
     found = {str(r["id"]): (str(r["systems"][0]), str(r["systems"][1])) for r in records
              if r.get("task") == "pairwise" and isinstance(r.get("systems"), list) and len(r["systems"]) == 2}
     ids = [str(r.get("id")) for r in records if r.get("task") == "pairwise" and str(r.get("id")) not in found]
-    if not ids or read_manifest(path) is None or not (Path(path) / CHECKPOINTS).is_file():
+    if not ids or manifest is None or not (Path(path) / CHECKPOINTS).is_file():
         return found
     from jurygraph.cli.show import item_systems  # LangGraph's checkpoint reader: only when there is one to read
 
@@ -218,7 +220,7 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
             if panel.target == "pairwise":
                 panel.position = by_run.get(k, [])
         panels += found
-        systems = run_systems(paths[k], run)
+        systems = run_systems(paths[k], run, manifests[k])
         if systems:
             warnings += same_family(name, run, systems, rules)
     return panels, warnings
