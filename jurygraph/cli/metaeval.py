@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_json, doubt_reports, panel_records
-from jurygraph.measuring.families import FAMILIES, parse_rules
+from jurygraph.measuring.families import FAMILIES, Rule, parse_rules
 from jurygraph.measuring.metaeval import (
     Level,
     MethodResult,
@@ -202,13 +202,12 @@ def run_systems(path: str, records: Sequence[dict[str, Any]],
 
 
 def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[str], methods: Sequence[MethodResult],
-             manifests: Sequence[dict[str, Any] | None],
+             manifests: Sequence[dict[str, Any] | None], rules: Rule,
              args: argparse.Namespace) -> tuple[list[Panel], list[FamilyWarning]]:
     """Every run's panel diagnostics (each member's position bias on its run's pairwise panel) and the
-    same-family warnings."""
+    same-family warnings under the family ``rules``."""
     if args.no_panel:
         return [], []
-    rules = [*parse_rules(args.family), *FAMILIES]
     panels: list[Panel] = []
     warnings: list[FamilyWarning] = []
     names, records = [n for n, _ in named], [r for _, r in named]
@@ -227,7 +226,7 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
 
 
 def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], biases: Sequence[PositionBias],
-            panels: Sequence[Panel], warnings: Sequence[FamilyWarning], args: argparse.Namespace,
+            panels: Sequence[Panel], warnings: Sequence[FamilyWarning], rules: Rule, args: argparse.Namespace,
             doubts: Sequence[DoubtReport] = ()) -> dict[str, Any]:
     return {
         "methods": [{"name": m.name, "dataset": m.dataset,
@@ -238,7 +237,7 @@ def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], b
         "panels": [panel_json(p) for p in panels],
         "doubt": [doubt_json(d) for d in doubts],
         "same_family": [family_json(w) for w in warnings],
-        "family_rule": [{"family": f, "pattern": p} for f, p in [*parse_rules(args.family), *FAMILIES]],
+        "family_rule": [{"family": f, "pattern": p} for f, p in rules],
     }
 
 
@@ -258,7 +257,7 @@ def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, An
 
 def cmd_metaeval(args: argparse.Namespace) -> int:
     named, paths, manifests = read_runs(args.run_dir)
-    parse_rules(args.family)  # a bad rule fails before any work
+    rules = [*parse_rules(args.family), *FAMILIES]  # a bad rule fails before any work
     methods = evaluate(named, args)
     check(methods, args)
     pairs = comparisons(methods, args)  # a bad --compare fails before the panel's bootstraps
@@ -267,13 +266,14 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     panel_methods = [m if panel == records else evaluate([(name, panel)], args)[0]
                      for m, (name, records), (_, panel) in zip(methods, named, panel_named, strict=True)]
     biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in panel_named], manifests)]
-    panels, warnings = diagnose(panel_named, paths, panel_methods, manifests, args)
+    panels, warnings = diagnose(panel_named, paths, panel_methods, manifests, rules, args)
     doubts = [report for name, records in named for report in doubt_reports(name, records, args.compare_stat)]
     for warning in warnings:
         print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
               f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
     if args.json:
-        text = json.dumps(as_json(methods, pairs, biases, panels, warnings, args, doubts), indent=2, ensure_ascii=False)
+        text = json.dumps(as_json(methods, pairs, biases, panels, warnings, rules, args, doubts), indent=2,
+                          ensure_ascii=False)
         print(text)
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -287,7 +287,7 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     for panel in panels:
         sections += [(f"panel_{slug(panel.name)}_{slug(panel.target)}_{kind}", table)
                      for kind, table in panel_tables(panel)]
-    sections += family_tables(warnings, [*parse_rules(args.family), *FAMILIES])
+    sections += family_tables(warnings, rules)
     for report in doubts:
         sections += [(f"{kind}_{slug(report.name)}_{slug(report.target)}", table)
                      for kind, table in coverage_tables(report)]
