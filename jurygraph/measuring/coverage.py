@@ -25,7 +25,7 @@ from typing import Any
 
 from jurygraph.judging.doubt import SIGNALS, Condition, decided_by, doubt_signals, panel_verdict
 from jurygraph.measuring import metrics
-from jurygraph.measuring.metaeval import latest_records
+from jurygraph.measuring.metaeval import human_score, latest_records
 from jurygraph.measuring.tables import Table
 from jurygraph.running.rundir import AWAITING_REVIEW
 
@@ -91,17 +91,9 @@ def _rows(records: Sequence[Mapping[str, Any]], target: str) -> tuple[list[_Row]
     rows, excluded = [], 0
     for record in records:
         status = record.get("status", "ok")
-        human = (record.get("human") or {}).get("label" if target == "pairwise" else key if target == "choice"
-                                                else target)
+        human = human_score(record.get("human"), target) if key == "score" else (record.get("human") or {}).get(key)
         if status not in ("ok", AWAITING_REVIEW) or human is None:
             continue
-        if key == "score":
-            try:
-                human = float(human)
-            except (TypeError, ValueError):
-                continue
-            if math.isnan(human):
-                continue
         panel = _value(panel_verdict(record), key)
         waiting = status == AWAITING_REVIEW
         if panel is None:
@@ -116,7 +108,7 @@ def _agreement(pairs: Sequence[tuple[Any, Any]], statistic: str) -> float:
     if not pairs:
         return math.nan
     if statistic == "accuracy":
-        return float(sum(str(p) == str(h) for p, h in pairs) / len(pairs))
+        return metrics.accuracy([str(p) for p, _ in pairs], [str(h) for _, h in pairs])
     if len(pairs) < 3:
         return math.nan
     return metrics.correlation(statistic, [float(p) for p, _ in pairs], [float(h) for _, h in pairs])

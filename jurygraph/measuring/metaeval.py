@@ -84,7 +84,8 @@ def _verdict_value(record: Mapping[str, Any], key: str) -> Any:
     return verdict.get(key)
 
 
-def _human_score(human: Mapping[str, Any] | None, aspect: str) -> float | None:
+def human_score(human: Mapping[str, Any] | None, aspect: str) -> float | None:
+    """The human score of ``aspect`` in a record's ``human``; None when it is absent, not a number or NaN."""
     if not human or human.get(aspect) is None:
         return None
     try:
@@ -102,7 +103,7 @@ def score_data(records: Iterable[Mapping[str, Any]]) -> dict[str, ScoreData]:
             continue
         aspect = record.get("aspect") or "score"
         data = out.setdefault(aspect, ScoreData(aspect))
-        human = _human_score(record.get("human"), aspect)
+        human = human_score(record.get("human"), aspect)
         if human is None:
             data.no_human += 1
             continue
