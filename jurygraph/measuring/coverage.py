@@ -26,6 +26,7 @@ from typing import Any
 from jurygraph.judging.doubt import SIGNALS, Condition, decided_by, doubt_signals, panel_verdict
 from jurygraph.measuring import metrics
 from jurygraph.measuring.metaeval import human_score, latest_records
+from jurygraph.measuring.panel import of_target
 from jurygraph.measuring.tables import Table
 from jurygraph.running.rundir import AWAITING_REVIEW
 
@@ -177,11 +178,8 @@ def doubt_reports(name: str, records: Sequence[Mapping[str, Any]], statistic: st
             targets.append(target)
     reports = []
     for target in targets:
-        of_target = [r for r in latest if (r.get("task") == target) or
-                     (target not in ("pairwise", "choice") and r.get("task", "score") == "score"
-                      and (r.get("aspect") or "score") == target)]
         stat = "accuracy" if target in ("pairwise", "choice") else statistic
-        rows, excluded = _rows(of_target, target)
+        rows, excluded = _rows(of_target(latest, target), target)
         curves = [c for signal in SIGNALS if (c := _curve(signal, rows, stat)) is not None]
         if not curves:
             continue

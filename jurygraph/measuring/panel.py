@@ -208,7 +208,9 @@ def targets(verdict: MethodResult) -> list[str]:
     return ([verdict.labels.kind] if verdict.labels is not None else []) + list(verdict.aspects)
 
 
-def _of_target(records: Sequence[Mapping[str, Any]], target: str) -> list[Mapping[str, Any]]:
+def of_target(records: Sequence[Mapping[str, Any]], target: str) -> list[Mapping[str, Any]]:
+    """The records measured on ``target``: its task's (``pairwise``, ``choice``), else the aspect's score records
+    (``score``: those without an aspect), as :func:`~jurygraph.measuring.metaeval.evaluate_records` groups them."""
     if target in ("pairwise", "choice"):
         return [r for r in records if r.get("task") == target]
     return [r for r in records if r.get("task", "score") == "score" and (r.get("aspect") or "score") == target]
@@ -236,7 +238,7 @@ def panel_diagnostics(name: str, records: Sequence[Mapping[str, Any]], verdict: 
             _vs_best(verdict, present, target, stat, resamples, seed),
             _error_correlation(present, target, resamples=resamples, confidence=confidence, seed=seed)
             if len(present) >= 2 else None,
-            conformity(_of_target(records, target))))
+            conformity(of_target(records, target))))
     return panels
 
 
