@@ -194,7 +194,9 @@ def _correlation_of(data: ScoreData, level: Level, rows: Sequence[int] | None = 
     return metrics.grouped(pred, gold, data.groups)
 
 
-def _units(groups: Sequence[str]) -> tuple[list[str], list[list[int]]]:
+def units_of(groups: Sequence[str]) -> tuple[list[str], list[list[int]]]:
+    """The bootstrap's units of items with these groups: each group once, in order of first appearance, and the
+    positions of its items."""
     order: dict[str, list[int]] = {}
     for i, g in enumerate(groups):
         order.setdefault(g, []).append(i)
@@ -208,7 +210,7 @@ def single_unit_warnings(method: MethodResult) -> list[str]:
     """One line per result whose confidence interval was left out because it rests on fewer than two units."""
     lines = []
     for aspect, result in method.aspects.items():
-        groups = len(_units(result.data.groups)[1])
+        groups = len(units_of(result.data.groups)[1])
         if result.data.predicted and groups < MIN_UNITS_FOR_INTERVAL:
             lines.append(f"{method.name} / {aspect}: {groups} group only, so no confidence interval "
                          "(the bootstrap resamples groups: it needs at least 2)")
@@ -222,7 +224,7 @@ def score_result(data: ScoreData, level: Level, *, resamples: int = 1000, confid
     """Correlations of one aspect at ``level`` with percentile bootstrap CIs over groups
     (documents/contexts; items when there are no groups)."""
     correlation = _correlation_of(data, level)
-    _, members = _units(data.groups)
+    _, members = units_of(data.groups)
     intervals: dict[str, Interval] = {}
     # resampling a single group (or item) gives the same value every time: an interval [x, x] that claims a
     # certainty it does not have, so there is none (`metaeval` says why)
@@ -342,7 +344,7 @@ def compare_scores(a: ScoreData, b: ScoreData, level: Level, statistic: str = "s
       measures closeness to humans; difference < 0 means A's errors are smaller).
     """
     groups, pred_a, pred_b, human = _common(a, b)
-    names, members = _units(groups)
+    names, members = units_of(groups)
     if level == "grouped":
         # resampling or swapping whole groups only moves per-group correlations around: compute them once
         per_a = np.array([metrics.correlation(statistic, pred_a[rows], human[rows]) for rows in members])

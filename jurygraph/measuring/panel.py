@@ -41,6 +41,7 @@ from jurygraph.measuring.metaeval import (
     compare_scores,
     evaluate_records,
     latest_records,
+    units_of,
 )
 from jurygraph.measuring.metrics import Interval, PairedTest
 from jurygraph.measuring.position import PositionBias, position_table, run_biases
@@ -120,7 +121,7 @@ def _data(result: MethodResult, target: str) -> LabelData | ScoreData | None:
     return aspect.data if aspect is not None else None
 
 
-def _units(a: LabelData | ScoreData, b: LabelData | ScoreData) -> int:
+def _shared_units(a: LabelData | ScoreData, b: LabelData | ScoreData) -> int:
     """The bootstrap's units among the items both judged: groups (documents, contexts), else items."""
     both = set(b.ids)
     groups = a.groups if isinstance(a, ScoreData) else a.ids
@@ -135,7 +136,7 @@ def _vs_best(verdict: MethodResult, members: Sequence[MemberResult], target: str
         return None
     best, value = max(scored, key=lambda pair: pair[1])
     ours, theirs = _data(verdict, target), _data(best.result, target)
-    if ours is not None and theirs is not None and _units(ours, theirs) < MIN_UNITS_FOR_INTERVAL:
+    if ours is not None and theirs is not None and _shared_units(ours, theirs) < MIN_UNITS_FOR_INTERVAL:
         resamples = 0  # one document or context: every resample is the sample, an interval of no width
     if isinstance(ours, LabelData) and isinstance(theirs, LabelData):
         test = compare_labels(ours, theirs, resamples=resamples, seed=seed)["bootstrap"]
@@ -182,10 +183,7 @@ def _error_correlation(members: Sequence[MemberResult], target: str, *, resample
     # resample the units metaeval resamples: documents or contexts when the items have groups, else items
     groups = first.groups if isinstance(first, ScoreData) else list(first.ids)
     group_of = dict(zip(first.ids, groups, strict=True))
-    units: dict[str, list[int]] = {}
-    for column, item in enumerate(common):
-        units.setdefault(group_of[item], []).append(column)
-    members_of = list(units.values())
+    _, members_of = units_of([group_of[item] for item in common])
     interval = None
     if resamples and counted and len(members_of) >= 2:
         chosen = table[counted]
