@@ -45,7 +45,7 @@ from jurygraph.measuring.metaeval import (
 )
 from jurygraph.measuring.metrics import Interval, PairedTest
 from jurygraph.measuring.position import PositionBias, position_table, run_biases
-from jurygraph.measuring.tables import Table
+from jurygraph.measuring.tables import SYMBOL, Table, number, percent
 
 ERRORS = {
     "score": "score minus the human score",
@@ -326,14 +326,6 @@ def same_family(run: str, records: Sequence[Mapping[str, Any]], systems: Mapping
 # --- tables -----------------------------------------------------------------------------------------
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _pct(value: float) -> str:
-    return "–" if math.isnan(value) else f"{100 * value:.1f}"
-
-
 def _ci(interval: Interval | None, digits: int = 3, scale: float = 1.0) -> str:
     if interval is None or math.isnan(interval.low):
         return ""
@@ -354,19 +346,19 @@ def members_table(panel: Panel) -> Table:
         if labelled and result.labels is not None:
             lab = result.labels
             rows.append([who, _model(model), str(lab.n), str(lab.missing),
-                         _f(100 * lab.accuracy, 1) + _ci(lab.intervals.get("accuracy"), 1, 100),
-                         _f(lab.kappa) + _ci(lab.intervals.get("kappa"))])
+                         number(100 * lab.accuracy, 1) + _ci(lab.intervals.get("accuracy"), 1, 100),
+                         number(lab.kappa) + _ci(lab.intervals.get("kappa"))])
         elif not labelled and target in result.aspects:
             aspect = result.aspects[target]
             rows.append([who, _model(model), str(aspect.correlation.n), str(aspect.missing),
-                         *(_f(aspect.value(s)) + _ci(aspect.intervals.get(s)) for s in ("pearson", "spearman",
-                                                                                        "kendall"))])
+                         *(number(aspect.value(s)) + _ci(aspect.intervals.get(s))
+                           for s in ("pearson", "spearman", "kendall"))])
     columns = (["Member", "Model", "n", "missing", "Acc. % [CI]", "Kap. [CI]"] if labelled else
                ["Member", "Model", "n", "missing", "r [CI]", "ρ [CI]", "τ [CI]"])
     notes = []
     best = panel.vs_best
     if best is not None:
-        symbol = {"accuracy": "acc.", "pearson": "r", "spearman": "ρ", "kendall": "τ"}[best.statistic]
+        symbol = {"accuracy": "acc.", **SYMBOL}[best.statistic]
         test = best.test
         interval = "" if math.isnan(test.low) else f" [{test.low:+.3f}, {test.high:+.3f}]"
         p = "" if math.isnan(test.p_value) else f", p = {test.p_value:.3g}" if test.p_value > 0 or not test.resamples \
@@ -381,11 +373,11 @@ def error_table(panel: Panel) -> Table | None:
     errors = panel.errors
     if errors is None:
         return None
-    rows = [[name, *(_f(v, 2) for v in row)] for name, row in zip(errors.members, errors.matrix, strict=True)]
+    rows = [[name, *(number(v, 2) for v in row)] for name, row in zip(errors.members, errors.matrix, strict=True)]
     left_out = [m for m in errors.members if m not in errors.counted]
     k = len(errors.counted)
     notes = [f"errors: {errors.error}, on the {errors.items} items every member judged",
-             f"effective number of independent judges: {_f(errors.effective, 2)}{_ci(errors.interval, 2)} "
+             f"effective number of independent judges: {number(errors.effective, 2)}{_ci(errors.interval, 2)} "
              f"of {k} ({EFFECTIVE})"]
     if left_out:
         notes.append(f"left out (errors constant on these items, so no correlation): {', '.join(left_out)}")
@@ -397,7 +389,7 @@ def conformity_table(panel: Panel) -> Table | None:
     if panel.conformity is None:
         return None
     rows = [[m.member, str(m.transitions), str(m.moves), str(m.toward_others) if m.with_others else "–",
-             str(m.away_from_others) if m.with_others else "–", _pct(m.conformity), str(m.toward_human),
+             str(m.away_from_others) if m.with_others else "–", percent(m.conformity), str(m.toward_human),
              str(m.away_from_human)] for m in panel.conformity]
     return Table(f"Panel {panel.name} / {panel.target}: conformity between rounds",
                  ["Member", "transitions", "moves", "toward others", "away", "conformity %", "toward human",
@@ -421,7 +413,8 @@ def family_tables(warnings: Sequence[FamilyWarning], rules: Rule = FAMILIES) -> 
     if not warnings:
         return []
     rows = [[w.run, w.member, w.model, w.system, w.family, str(w.items), str(w.judged),
-             _pct(w.picks / w.judged if w.judged else math.nan), _pct(w.others), _pct(w.verdict), _pct(w.human)]
+             percent(w.picks / w.judged if w.judged else math.nan), percent(w.others), percent(w.verdict),
+             percent(w.human)]
             for w in warnings]
     used = {w.family for w in warnings}
     rule_rows = [[family, pattern] for family, pattern in rules if family in used]
