@@ -263,7 +263,7 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     pairs = comparisons(methods, args)  # a bad --compare fails before the panel's bootstraps
     # the panel's position bias and diagnostics are its own verdicts', before any escalation or review
     panel_named = [(name, panel_records(records)) for name, records in named]
-    panel_methods = [m if panel == records else evaluate([(name, panel)], args)[0]
+    panel_methods = [m if panel is records else evaluate([(name, panel)], args)[0]
                      for m, (name, records), (_, panel) in zip(methods, named, panel_named, strict=True)]
     biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in panel_named], manifests)]
     panels, warnings = diagnose(panel_named, paths, panel_methods, manifests, rules, args)

@@ -149,19 +149,22 @@ def _split(rows: Sequence[_Row], statistic: str) -> list[Group]:
     return groups
 
 
-def panel_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _routed(record: Mapping[str, Any]) -> bool:
+    """An escalation or a review decided the record, or it waits for a review (with the panel's verdict)."""
+    verdict = record.get("verdict") or {}
+    return bool({"escalation", "review"} & set(verdict.get("detail") or {})
+                or (record.get("status") == AWAITING_REVIEW and verdict))
+
+
+def panel_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records as the panel alone decided them: each verdict replaced by the panel's own (an item waiting for a
-    review has one too), for what measures the panel itself (its diagnostics, its position bias). Records of runs
-    without escalation or review come back as they are."""
-    found = []
-    for record in records:
-        verdict = record.get("verdict") or {}
-        routed = {"escalation", "review"} & set(verdict.get("detail") or {})
-        if routed or (record.get("status") == AWAITING_REVIEW and verdict):
-            found.append({**record, "status": "ok", "verdict": panel_verdict(record)})
-        else:
-            found.append(dict(record))
-    return found
+    review has one too), for what measures the panel itself (its diagnostics, its position bias). A run without
+    escalation or review gets its own list back, the same object, so ``is`` tells a caller nothing changed."""
+    routed = [_routed(record) for record in records]
+    if not any(routed):
+        return records
+    return [{**record, "status": "ok", "verdict": panel_verdict(record)} if flag else dict(record)
+            for record, flag in zip(records, routed, strict=True)]
 
 
 def doubt_reports(name: str, records: Sequence[Mapping[str, Any]], statistic: str = "spearman") -> list[DoubtReport]:
