@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.doubt import is_debate
 from jurygraph.judging.items import TaskKind
 from jurygraph.judging.judgments import Judgment, map_back
 from jurygraph.measuring.position import SWAPPED
@@ -33,11 +34,6 @@ FAIREVAL = "FairEval"
 _REVIEW = re.compile(r"^(original|swapped)_order\S* #\d+$")
 # what a member's record keeps of the run's record (its verdict is the member's judgment)
 _ITEM_KEYS = ("id", "status", "task", "dataset", "aspect", "group", "human")
-
-
-def is_debate(detail: Mapping[str, Any]) -> bool:
-    """A DEBATE verdict: its detail holds the Scorer's score of every iteration and who decided."""
-    return isinstance(detail.get("scores"), list) and "decided_by" in detail
 
 
 def agent_of(key: str) -> tuple[str | None, str]:
