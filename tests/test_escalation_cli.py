@@ -18,6 +18,7 @@ import pytest
 
 from jurygraph.cli import main
 from jurygraph.judging.items import SWAP_LABEL
+from jurygraph.measuring.coverage import doubt_reports, panel_records
 from jurygraph.running.rundir import read_results, run_lock
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import prompt_of
@@ -289,6 +290,28 @@ def test_metaeval_curves_match_the_scripts(openai_server, tmp_path: Path, capsys
     assert main(["metaeval", str(out), "--resamples", "0"]) == 0
     text = capsys.readouterr().out
     assert "coverage–agreement: ensemble · pairwise (accuracy)" in text and "margin<2" in text
+
+
+def test_the_score_target_s_curves_hold_the_records_without_an_aspect() -> None:
+    """An aspect's records are measured under their aspect only, even when their human labels carry a "score"
+    too (metaeval and the panel diagnostics group score records the same way)."""
+    def record(item: str, aspect: str | None, spread: float) -> dict[str, Any]:
+        found = {"id": item, "task": "score", "status": "ok", "human": {"score": 3, "coherence": 3},
+                 "verdict": {"kind": "score", "score": 3, "missing": False}, "doubt": {"spread": spread}}
+        return {**found, "aspect": aspect} if aspect else found
+    records = [record(str(i), None, 0.5) for i in range(4)] + [record(f"c{i}", "coherence", 1.5) for i in range(3)]
+    curves = {r.target: r.curves[0] for r in doubt_reports("run", records)}
+    assert {target: curve.n for target, curve in curves.items()} == {"score": 4, "coherence": 3}
+
+
+def test_panel_records_of_a_run_nothing_was_routed_in_are_its_own_list() -> None:
+    """metaeval measures such a run's panel on the method it already has (it checks with ``is``)."""
+    plain = [{"id": "1", "task": "pairwise", "status": "ok", "verdict": {"label": "1", "detail": {}}}]
+    assert panel_records(plain) is plain
+    escalated = [*plain, {"id": "2", "task": "pairwise", "status": "ok",
+                          "verdict": {"label": "2", "detail": {"escalation": {"panel": {"label": "tie"}}}}}]
+    found = panel_records(escalated)
+    assert found is not escalated and found == [plain[0], {**escalated[1], "verdict": {"label": "tie"}}]
 
 
 def test_review_of_a_run_checkpointed_in_postgres(openai_server, postgres_url: str,

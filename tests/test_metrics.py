@@ -62,6 +62,18 @@ def test_accuracy_and_cohen_kappa_by_hand() -> None:
     assert math.isnan(metrics.cohen_kappa(["1", "1"], ["1", "1"]))  # p_e = 1: undefined
 
 
+def test_kappa_from_codes_is_cohen_kappa_on_codes() -> None:
+    # codes 0-2 are the classes "1", "2", "tie"; code 3 is a value outside them (it enters p_o, not p_e)
+    assert metrics.kappa_from_codes(np.array([0, 0, 1, 2]), np.array([0, 1, 1, 1]), 3) == pytest.approx(3 / 11)
+    assert math.isnan(metrics.kappa_from_codes(np.array([0, 0]), np.array([0, 0]), 3))
+    rng = np.random.default_rng(3)
+    values = ["1", "2", "tie", "other"]
+    for _ in range(20):
+        predicted, human = rng.integers(0, 4, size=15), rng.integers(0, 4, size=15)
+        named = [[values[k] for k in codes] for codes in (predicted, human)]
+        assert metrics.kappa_from_codes(predicted, human, 3) == pytest.approx(metrics.cohen_kappa(*named, values[:3]))
+
+
 def test_confusion_rows_are_human_columns_predicted() -> None:
     matrix = metrics.confusion(["1", "1", "2", "tie"], ["1", "2", "2", "2"], ["1", "2", "tie"])
     assert matrix.tolist() == [[1, 0, 0], [1, 1, 1], [0, 0, 0]]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_json, doubt_reports, panel_records
-from jurygraph.measuring.families import FAMILIES, parse_rules
+from jurygraph.measuring.families import FAMILIES, Rule, parse_rules
 from jurygraph.measuring.metaeval import (
     Level,
     MethodResult,
@@ -43,6 +43,7 @@ from jurygraph.measuring.panel import (
 )
 from jurygraph.measuring.position import PositionBias, position_table, run_biases
 from jurygraph.measuring.tables import (
+    Table,
     comparison_table,
     correlation_table,
     detail_table,
@@ -150,41 +151,50 @@ def check(methods: Sequence[MethodResult], args: argparse.Namespace) -> list[str
 
 def comparisons(methods: Sequence[MethodResult], args: argparse.Namespace) -> list[tuple[str, str]]:
     """The ``--compare A,B`` pairs, each checked against the methods' names."""
-    by_name = {m.name for m in methods}
+    known = list(dict.fromkeys(m.name for m in methods))  # in the order given, for the error message
     pairs = []
     for pair in args.compare or []:
         names = [n.strip() for n in pair.split(",")]
-        if len(names) != 2 or any(n not in by_name for n in names):
-            raise ValueError(f"--compare {pair!r}: give two method names out of {', '.join(by_name)}")
+        if len(names) != 2 or any(n not in known for n in names):
+            raise ValueError(f"--compare {pair!r}: give two method names out of {', '.join(known)}")
         pairs.append((names[0], names[1]))
     return pairs
 
 
-def finish(methods: list[MethodResult], args: argparse.Namespace) -> int:
+def comparison_tables(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]],
+                      args: argparse.Namespace) -> list[tuple[str, str, Table]]:
+    """The paired tests of each ``--compare`` pair (A, B, its table)."""
+    by_name = {m.name: m for m in methods}
+    return [(a, b, comparison_table(by_name[a], by_name[b], args.compare_stat, resamples=args.resamples or 1000,
+                                    seed=args.seed)) for a, b in pairs]
+
+
+def finish(methods: list[MethodResult], args: argparse.Namespace,
+           pairs: Sequence[tuple[str, str]] | None = None) -> int:
+    """Print (and with ``--out``, write) the tables; ``pairs``: the :func:`comparisons`, when already read."""
     statistics = check(methods, args)
-    pairs = comparisons(methods, args)
+    pairs = comparisons(methods, args) if pairs is None else pairs
     out = Path(args.out) if args.out else None
     for method in methods:
         for line in single_unit_warnings(method) if args.resamples else []:
             print(f"jurygraph: warning: {line}", file=sys.stderr)
     print(report(methods, out, statistics=statistics, plots=bool(args.out) and not args.no_plots))
-    by_name = {m.name: m for m in methods}
-    for k, (a, b) in enumerate(pairs):
-        table = comparison_table(by_name[a], by_name[b], args.compare_stat, resamples=args.resamples or 1000,
-                                 seed=args.seed)
+    for k, (a, b, table) in enumerate(comparison_tables(methods, pairs, args)):
         print("\n" + table.text())
         if out is not None:
             (out / f"compare_{k + 1}_{slug(a)}_vs_{slug(b)}.csv").write_text(table.csv(), encoding="utf-8")
     return 0
 
 
-def run_systems(path: str, records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+def run_systems(path: str, records: Sequence[dict[str, Any]],
+                manifest: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
     """The systems each pairwise item names: from its results line (``systems``), or for runs written before
-    results kept them, from the run's checkpoints (none when it has none)."""
+    results kept them, from the run's checkpoints (none when it has none). ``manifest``: the run's, as
+    :func:`read_runs` read it."""
     found = {str(r["id"]): (str(r["systems"][0]), str(r["systems"][1])) for r in records
              if r.get("task") == "pairwise" and isinstance(r.get("systems"), list) and len(r["systems"]) == 2}
     ids = [str(r.get("id")) for r in records if r.get("task") == "pairwise" and str(r.get("id")) not in found]
-    if not ids or read_manifest(path) is None or not (Path(path) / CHECKPOINTS).is_file():
+    if not ids or manifest is None or not (Path(path) / CHECKPOINTS).is_file():
         return found
     from jurygraph.cli.show import item_systems  # LangGraph's checkpoint reader: only when there is one to read
 
@@ -192,13 +202,12 @@ def run_systems(path: str, records: Sequence[dict[str, Any]]) -> dict[str, tuple
 
 
 def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[str], methods: Sequence[MethodResult],
-             manifests: Sequence[dict[str, Any] | None],
+             manifests: Sequence[dict[str, Any] | None], rules: Rule,
              args: argparse.Namespace) -> tuple[list[Panel], list[FamilyWarning]]:
     """Every run's panel diagnostics (each member's position bias on its run's pairwise panel) and the
-    same-family warnings."""
+    same-family warnings under the family ``rules``."""
     if args.no_panel:
         return [], []
-    rules = [*parse_rules(args.family), *FAMILIES]
     panels: list[Panel] = []
     warnings: list[FamilyWarning] = []
     names, records = [n for n, _ in named], [r for _, r in named]
@@ -210,30 +219,25 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
             if panel.target == "pairwise":
                 panel.position = by_run.get(k, [])
         panels += found
-        systems = run_systems(paths[k], run)
+        systems = run_systems(paths[k], run, manifests[k])
         if systems:
             warnings += same_family(name, run, systems, rules)
     return panels, warnings
 
 
-def as_json(methods: Sequence[MethodResult], biases: Sequence[PositionBias], panels: Sequence[Panel],
-            warnings: Sequence[FamilyWarning], args: argparse.Namespace,
+def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], biases: Sequence[PositionBias],
+            panels: Sequence[Panel], warnings: Sequence[FamilyWarning], rules: Rule, args: argparse.Namespace,
             doubts: Sequence[DoubtReport] = ()) -> dict[str, Any]:
-    by_name = {m.name: m for m in methods}
-    compared = []
-    for a, b in comparisons(methods, args):
-        table = comparison_table(by_name[a], by_name[b], args.compare_stat, resamples=args.resamples or 1000,
-                                 seed=args.seed)
-        compared.append({"a": a, "b": b, "columns": table.columns, "rows": table.rows})
     return {
         "methods": [{"name": m.name, "dataset": m.dataset,
                      "agreement": {t: agreement_json(m, t) for t in targets(m)}} for m in methods],
         "position": [position_json(b) for b in biases],
-        "comparisons": compared,
+        "comparisons": [{"a": a, "b": b, "columns": table.columns, "rows": table.rows}
+                        for a, b, table in comparison_tables(methods, pairs, args)],
         "panels": [panel_json(p) for p in panels],
         "doubt": [doubt_json(d) for d in doubts],
         "same_family": [family_json(w) for w in warnings],
-        "family_rule": [{"family": f, "pattern": p} for f, p in [*parse_rules(args.family), *FAMILIES]],
+        "family_rule": [{"family": f, "pattern": p} for f, p in rules],
     }
 
 
@@ -253,27 +257,29 @@ def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, An
 
 def cmd_metaeval(args: argparse.Namespace) -> int:
     named, paths, manifests = read_runs(args.run_dir)
-    parse_rules(args.family)  # a bad rule fails before any work
+    rules = [*parse_rules(args.family), *FAMILIES]  # a bad rule fails before any work
     methods = evaluate(named, args)
     check(methods, args)
+    pairs = comparisons(methods, args)  # a bad --compare fails before the panel's bootstraps
     # the panel's position bias and diagnostics are its own verdicts', before any escalation or review
     panel_named = [(name, panel_records(records)) for name, records in named]
-    panel_methods = [m if panel == records else evaluate([(name, panel)], args)[0]
+    panel_methods = [m if panel is records else evaluate([(name, panel)], args)[0]
                      for m, (name, records), (_, panel) in zip(methods, named, panel_named, strict=True)]
     biases = [bias for _, bias in run_biases([n for n, _ in named], [r for _, r in panel_named], manifests)]
-    panels, warnings = diagnose(panel_named, paths, panel_methods, manifests, args)
+    panels, warnings = diagnose(panel_named, paths, panel_methods, manifests, rules, args)
     doubts = [report for name, records in named for report in doubt_reports(name, records, args.compare_stat)]
     for warning in warnings:
         print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
               f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
     if args.json:
-        text = json.dumps(as_json(methods, biases, panels, warnings, args, doubts), indent=2, ensure_ascii=False)
+        text = json.dumps(as_json(methods, pairs, biases, panels, warnings, rules, args, doubts), indent=2,
+                          ensure_ascii=False)
         print(text)
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / "metaeval.json").write_text(text + "\n", encoding="utf-8")
         return 0
-    code = finish(methods, args)
+    code = finish(methods, args, pairs)
     out = Path(args.out) if args.out else None
     sections = []
     if biases:
@@ -281,7 +287,7 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     for panel in panels:
         sections += [(f"panel_{slug(panel.name)}_{slug(panel.target)}_{kind}", table)
                      for kind, table in panel_tables(panel)]
-    sections += family_tables(warnings, [*parse_rules(args.family), *FAMILIES])
+    sections += family_tables(warnings, rules)
     for report in doubts:
         sections += [(f"{kind}_{slug(report.name)}_{slug(report.target)}", table)
                      for kind, table in coverage_tables(report)]

@@ -42,10 +42,10 @@ def cmd_rank(args: argparse.Namespace) -> int:
     named, paths, manifests = read_runs(args.run_dir)
     names = [name for name, _ in named]
     systems = []
-    for (_, records), path in zip(named, paths, strict=True):
+    for (_, records), path, manifest in zip(named, paths, manifests, strict=True):
         if not any(r.get("task") == "pairwise" for r in records):
             raise UsageError(f"{path}: no pairwise items: rank needs runs that compare two answers")
-        systems.append(run_systems(path, records))
+        systems.append(run_systems(path, records, manifest))
     found = collect(names, [r for _, r in named], manifests, systems)
     if not found.battles:
         raise UsageError(f"{', '.join(paths)}: no pairwise item names its two systems with a verdict "

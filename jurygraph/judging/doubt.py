@@ -111,7 +111,7 @@ def doubt_signals(values: Mapping[str, Any]) -> dict[str, Any]:
     detail = verdict.get("detail") or {}
     kind = TaskKind(verdict.get("kind") or (values.get("item") or {}).get("task") or values.get("task") or "score")
     found: dict[str, Any] = {}
-    if _is_debate(detail) or _inner_debate(values):
+    if is_debate(detail) or _inner_debate(values):
         found["missing"] = int(bool(verdict.get("missing")))
         return found
     if "peers" in detail and "missing_peers" in detail:  # ReFeR: the peers vote, the area chair decides
@@ -141,14 +141,15 @@ def doubt_signals(values: Mapping[str, Any]) -> dict[str, Any]:
     return {name: found[name] for name in SIGNALS if name in found}
 
 
-def _is_debate(detail: Mapping[str, Any]) -> bool:
+def is_debate(detail: Mapping[str, Any]) -> bool:
+    """A DEBATE verdict: its detail holds the Scorer's score of every iteration and who decided."""
     return isinstance(detail.get("scores"), list) and "decided_by" in detail
 
 
 def _inner_debate(values: Mapping[str, Any]) -> bool:
     """A calibration around DEBATE: its runs' own verdicts (kept in the state's ``runs``) are DEBATE's."""
     runs = values.get("runs") or {}
-    return any(_is_debate(((run or {}).get("verdict") or {}).get("detail") or {}) for run in runs.values())
+    return any(is_debate(((run or {}).get("verdict") or {}).get("detail") or {}) for run in runs.values())
 
 
 @dataclass(frozen=True)

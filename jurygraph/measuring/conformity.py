@@ -25,7 +25,8 @@ from itertools import pairwise
 from statistics import fmean
 from typing import Any
 
-from jurygraph.measuring.members import SCORER, in_original_order, is_debate
+from jurygraph.judging.doubt import is_debate
+from jurygraph.measuring.members import SCORER, in_original_order
 
 ORDINAL = {"1": 1.0, "tie": 0.0, "2": -1.0}  # a pairwise label as a number, Assistant 1 high
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from jurygraph.judging.doubt import SIGNALS, Condition, decided_by, doubt_signals, panel_verdict
 from jurygraph.measuring import metrics
-from jurygraph.measuring.metaeval import latest_records
+from jurygraph.measuring.metaeval import human_score, latest_records
+from jurygraph.measuring.panel import of_target
 from jurygraph.measuring.tables import Table
 from jurygraph.running.rundir import AWAITING_REVIEW
 
@@ -91,17 +92,9 @@ def _rows(records: Sequence[Mapping[str, Any]], target: str) -> tuple[list[_Row]
     rows, excluded = [], 0
     for record in records:
         status = record.get("status", "ok")
-        human = (record.get("human") or {}).get("label" if target == "pairwise" else key if target == "choice"
-                                                else target)
+        human = human_score(record.get("human"), target) if key == "score" else (record.get("human") or {}).get(key)
         if status not in ("ok", AWAITING_REVIEW) or human is None:
             continue
-        if key == "score":
-            try:
-                human = float(human)
-            except (TypeError, ValueError):
-                continue
-            if math.isnan(human):
-                continue
         panel = _value(panel_verdict(record), key)
         waiting = status == AWAITING_REVIEW
         if panel is None:
@@ -116,7 +109,7 @@ def _agreement(pairs: Sequence[tuple[Any, Any]], statistic: str) -> float:
     if not pairs:
         return math.nan
     if statistic == "accuracy":
-        return float(sum(str(p) == str(h) for p, h in pairs) / len(pairs))
+        return metrics.accuracy([str(p) for p, _ in pairs], [str(h) for _, h in pairs])
     if len(pairs) < 3:
         return math.nan
     return metrics.correlation(statistic, [float(p) for p, _ in pairs], [float(h) for _, h in pairs])
@@ -156,19 +149,22 @@ def _split(rows: Sequence[_Row], statistic: str) -> list[Group]:
     return groups
 
 
-def panel_records(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _routed(record: Mapping[str, Any]) -> bool:
+    """An escalation or a review decided the record, or it waits for a review (with the panel's verdict)."""
+    verdict = record.get("verdict") or {}
+    return bool({"escalation", "review"} & set(verdict.get("detail") or {})
+                or (record.get("status") == AWAITING_REVIEW and verdict))
+
+
+def panel_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records as the panel alone decided them: each verdict replaced by the panel's own (an item waiting for a
-    review has one too), for what measures the panel itself (its diagnostics, its position bias). Records of runs
-    without escalation or review come back as they are."""
-    found = []
-    for record in records:
-        verdict = record.get("verdict") or {}
-        routed = {"escalation", "review"} & set(verdict.get("detail") or {})
-        if routed or (record.get("status") == AWAITING_REVIEW and verdict):
-            found.append({**record, "status": "ok", "verdict": panel_verdict(record)})
-        else:
-            found.append(dict(record))
-    return found
+    review has one too), for what measures the panel itself (its diagnostics, its position bias). A run without
+    escalation or review gets its own list back, the same object, so ``is`` tells a caller nothing changed."""
+    routed = [_routed(record) for record in records]
+    if not any(routed):
+        return records
+    return [{**record, "status": "ok", "verdict": panel_verdict(record)} if flag else dict(record)
+            for record, flag in zip(records, routed, strict=True)]
 
 
 def doubt_reports(name: str, records: Sequence[Mapping[str, Any]], statistic: str = "spearman") -> list[DoubtReport]:
@@ -185,11 +181,8 @@ def doubt_reports(name: str, records: Sequence[Mapping[str, Any]], statistic: st
             targets.append(target)
     reports = []
     for target in targets:
-        of_target = [r for r in latest if (r.get("task") == target) or
-                     (target not in ("pairwise", "choice") and r.get("task", "score") == "score"
-                      and (r.get("aspect") or "score") == target)]
         stat = "accuracy" if target in ("pairwise", "choice") else statistic
-        rows, excluded = _rows(of_target, target)
+        rows, excluded = _rows(of_target(latest, target), target)
         curves = [c for signal in SIGNALS if (c := _curve(signal, rows, stat)) is not None]
         if not curves:
             continue

@@ -10,7 +10,7 @@
 - DEBATE: one Scorer, before and after the Critic: its first score and its last (``verdict.detail.scores``).
 - FairEval's own evaluator (``--protocol single --calibrate``): its reviews ``<order> #<sample>`` are one judge.
 
-:func:`member_records` gives a run's records as one member would have them (its judgment as the verdict), so
+:func:`member_views` gives a run's records as each member would have them (its judgment as the verdict), so
 a member is measured exactly as the verdict is, by :func:`~jurygraph.measuring.metaeval.evaluate_records`.
 """
 
@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.doubt import is_debate
 from jurygraph.judging.items import TaskKind
 from jurygraph.judging.judgments import Judgment, map_back
 from jurygraph.measuring.position import SWAPPED
@@ -33,11 +34,6 @@ FAIREVAL = "FairEval"
 _REVIEW = re.compile(r"^(original|swapped)_order\S* #\d+$")
 # what a member's record keeps of the run's record (its verdict is the member's judgment)
 _ITEM_KEYS = ("id", "status", "task", "dataset", "aspect", "group", "human")
-
-
-def is_debate(detail: Mapping[str, Any]) -> bool:
-    """A DEBATE verdict: its detail holds the Scorer's score of every iteration and who decided."""
-    return isinstance(detail.get("scores"), list) and "decided_by" in detail
 
 
 def agent_of(key: str) -> tuple[str | None, str]:
@@ -88,14 +84,9 @@ def member_names(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return list(member_views(records))
 
 
-def member_records(records: Iterable[Mapping[str, Any]], member: str) -> list[dict[str, Any]]:
-    """The run's records with each verdict replaced by ``member``'s judgment (missing where it gave none)."""
-    records = list(records)
-    return member_views(records).get(member) or [_view(r, None, member) for r in records]
-
-
 def member_views(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """:func:`member_records` of every member, in the order they first appear (each record read once)."""
+    """Member -> the run's records with each verdict replaced by the member's judgment (missing where it gave
+    none), for every member in the order they first appear (each record read once)."""
     records = list(records)
     judged = [member_judgments(record) for record in records]
     names = list(dict.fromkeys(name for found in judged for name in found))

@@ -84,7 +84,8 @@ def _verdict_value(record: Mapping[str, Any], key: str) -> Any:
     return verdict.get(key)
 
 
-def _human_score(human: Mapping[str, Any] | None, aspect: str) -> float | None:
+def human_score(human: Mapping[str, Any] | None, aspect: str) -> float | None:
+    """The human score of ``aspect`` in a record's ``human``; None when it is absent, not a number or NaN."""
     if not human or human.get(aspect) is None:
         return None
     try:
@@ -102,7 +103,7 @@ def score_data(records: Iterable[Mapping[str, Any]]) -> dict[str, ScoreData]:
             continue
         aspect = record.get("aspect") or "score"
         data = out.setdefault(aspect, ScoreData(aspect))
-        human = _human_score(record.get("human"), aspect)
+        human = human_score(record.get("human"), aspect)
         if human is None:
             data.no_human += 1
             continue
@@ -193,7 +194,9 @@ def _correlation_of(data: ScoreData, level: Level, rows: Sequence[int] | None = 
     return metrics.grouped(pred, gold, data.groups)
 
 
-def _units(groups: Sequence[str]) -> tuple[list[str], list[list[int]]]:
+def units_of(groups: Sequence[str]) -> tuple[list[str], list[list[int]]]:
+    """The bootstrap's units of items with these groups: each group once, in order of first appearance, and the
+    positions of its items."""
     order: dict[str, list[int]] = {}
     for i, g in enumerate(groups):
         order.setdefault(g, []).append(i)
@@ -207,7 +210,7 @@ def single_unit_warnings(method: MethodResult) -> list[str]:
     """One line per result whose confidence interval was left out because it rests on fewer than two units."""
     lines = []
     for aspect, result in method.aspects.items():
-        groups = len(_units(result.data.groups)[1])
+        groups = len(units_of(result.data.groups)[1])
         if result.data.predicted and groups < MIN_UNITS_FOR_INTERVAL:
             lines.append(f"{method.name} / {aspect}: {groups} group only, so no confidence interval "
                          "(the bootstrap resamples groups: it needs at least 2)")
@@ -221,7 +224,7 @@ def score_result(data: ScoreData, level: Level, *, resamples: int = 1000, confid
     """Correlations of one aspect at ``level`` with percentile bootstrap CIs over groups
     (documents/contexts; items when there are no groups)."""
     correlation = _correlation_of(data, level)
-    _, members = _units(data.groups)
+    _, members = units_of(data.groups)
     intervals: dict[str, Interval] = {}
     # resampling a single group (or item) gives the same value every time: an interval [x, x] that claims a
     # certainty it does not have, so there is none (`metaeval` says why)
@@ -256,8 +259,8 @@ def label_result(data: LabelData, *, resamples: int = 1000, confidence: float = 
     pred, gold = data.predicted, data.human
     intervals: dict[str, Interval] = {}
     if resamples and len(pred) >= MIN_UNITS_FOR_INTERVAL:
-        # metrics.accuracy and metrics.cohen_kappa on integer codes: the classes of ``labels`` first (only they
-        # enter p_e, as in cohen_kappa), then any other value; ~50x faster, which a panel's members multiply
+        # accuracy and kappa on integer codes: the classes of ``labels`` first (only they enter p_e, as in
+        # cohen_kappa), then any other value; ~50x faster, which a panel's members multiply
         codes = {label: k for k, label in enumerate(dict.fromkeys([*labels, *pred, *gold]))}
         pred_codes = np.array([codes[x] for x in pred])
         gold_codes = np.array([codes[x] for x in gold])
@@ -265,11 +268,7 @@ def label_result(data: LabelData, *, resamples: int = 1000, confidence: float = 
         def both(draw: Sequence[int]) -> dict[str, float]:
             rows = np.asarray(draw)
             p, g = pred_codes[rows], gold_codes[rows]
-            p_o = float(np.mean(p == g))
-            p_e = sum(float(a) * float(b) for a, b in zip(np.bincount(p, minlength=len(codes))[:len(labels)],
-                                                          np.bincount(g, minlength=len(codes))[:len(labels)],
-                                                          strict=True)) / rows.size ** 2
-            return {"accuracy": p_o, "kappa": math.nan if p_e == 1 else (p_o - p_e) / (1 - p_e)}
+            return {"accuracy": float(np.mean(p == g)), "kappa": metrics.kappa_from_codes(p, g, len(labels))}
         intervals = metrics.bootstrap_cis(both, len(pred), resamples=resamples, confidence=confidence, seed=seed)
     return LabelResult(data.kind, metrics.accuracy(pred, gold), metrics.cohen_kappa(pred, gold, labels),
                        len(pred), data.missing, data.no_human, intervals, labels,
@@ -345,7 +344,7 @@ def compare_scores(a: ScoreData, b: ScoreData, level: Level, statistic: str = "s
       measures closeness to humans; difference < 0 means A's errors are smaller).
     """
     groups, pred_a, pred_b, human = _common(a, b)
-    names, members = _units(groups)
+    names, members = units_of(groups)
     if level == "grouped":
         # resampling or swapping whole groups only moves per-group correlations around: compute them once
         per_a = np.array([metrics.correlation(statistic, pred_a[rows], human[rows]) for rows in members])

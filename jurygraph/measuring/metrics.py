@@ -7,7 +7,8 @@
 - Grouped (:func:`grouped`): one correlation per group, averaged over groups; a group whose human or
   predicted scores are all equal has no correlation and is skipped and counted (SummEval
   summary-level in G-Eval/UniEval/DEBATE: group = document; DEBATE's Topical-Chat: group = context).
-- Labels (:func:`accuracy`, :func:`cohen_kappa`): the 3-way pairwise verdict of FairEval/ChatEval.
+- Labels (:func:`accuracy`, :func:`cohen_kappa`, and :func:`kappa_from_codes` for resamples): the 3-way
+  pairwise verdict of FairEval/ChatEval.
 - Panels (:func:`error_correlation`, :func:`effective_number`): how alike the members' errors are, and how
   many independent judges a panel with that error correlation is worth (participation ratio).
 - Uncertainty: :func:`bootstrap_ci` resamples units (documents, contexts, questions);
@@ -146,6 +147,17 @@ def cohen_kappa(predicted: Sequence[Hashable], human: Sequence[Hashable],
     classes = list(labels) if labels is not None else sorted({*predicted, *human}, key=str)
     p_o = accuracy(predicted, human)
     p_e = sum((list(predicted).count(c) / n) * (list(human).count(c) / n) for c in classes)
+    return math.nan if p_e == 1 else (p_o - p_e) / (1 - p_e)
+
+
+def kappa_from_codes(predicted: np.ndarray, human: np.ndarray, classes: int) -> float:
+    """:func:`cohen_kappa` of two integer arrays whose classes are the codes ``0 .. classes - 1`` (only they enter
+    p_e, as ``labels`` do there; any other value has a higher code): the same number, ~50x faster, for the
+    bootstrap's resamples. NaN when p_e = 1."""
+    p_o = float(np.mean(predicted == human))
+    p_e = sum(float(a) * float(b) for a, b in zip(np.bincount(predicted, minlength=classes)[:classes],
+                                                  np.bincount(human, minlength=classes)[:classes],
+                                                  strict=True)) / predicted.size ** 2
     return math.nan if p_e == 1 else (p_o - p_e) / (1 - p_e)
 
 

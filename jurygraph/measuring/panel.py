@@ -30,7 +30,7 @@ import numpy as np
 from jurygraph.measuring import metrics
 from jurygraph.measuring.conformity import ORDINAL, Moves, conformity
 from jurygraph.measuring.families import FAMILIES, Rule, family_of, model_name
-from jurygraph.measuring.members import member_judgments, member_models, member_records, member_views
+from jurygraph.measuring.members import member_judgments, member_models, member_views
 from jurygraph.measuring.metaeval import (
     MIN_UNITS_FOR_INTERVAL,
     LabelData,
@@ -41,10 +41,11 @@ from jurygraph.measuring.metaeval import (
     compare_scores,
     evaluate_records,
     latest_records,
+    units_of,
 )
 from jurygraph.measuring.metrics import Interval, PairedTest
 from jurygraph.measuring.position import PositionBias, position_table, run_biases
-from jurygraph.measuring.tables import Table
+from jurygraph.measuring.tables import SYMBOL, Table, number, percent
 
 ERRORS = {
     "score": "score minus the human score",
@@ -120,7 +121,7 @@ def _data(result: MethodResult, target: str) -> LabelData | ScoreData | None:
     return aspect.data if aspect is not None else None
 
 
-def _units(a: LabelData | ScoreData, b: LabelData | ScoreData) -> int:
+def _shared_units(a: LabelData | ScoreData, b: LabelData | ScoreData) -> int:
     """The bootstrap's units among the items both judged: groups (documents, contexts), else items."""
     both = set(b.ids)
     groups = a.groups if isinstance(a, ScoreData) else a.ids
@@ -135,7 +136,7 @@ def _vs_best(verdict: MethodResult, members: Sequence[MemberResult], target: str
         return None
     best, value = max(scored, key=lambda pair: pair[1])
     ours, theirs = _data(verdict, target), _data(best.result, target)
-    if ours is not None and theirs is not None and _units(ours, theirs) < MIN_UNITS_FOR_INTERVAL:
+    if ours is not None and theirs is not None and _shared_units(ours, theirs) < MIN_UNITS_FOR_INTERVAL:
         resamples = 0  # one document or context: every resample is the sample, an interval of no width
     if isinstance(ours, LabelData) and isinstance(theirs, LabelData):
         test = compare_labels(ours, theirs, resamples=resamples, seed=seed)["bootstrap"]
@@ -182,10 +183,7 @@ def _error_correlation(members: Sequence[MemberResult], target: str, *, resample
     # resample the units metaeval resamples: documents or contexts when the items have groups, else items
     groups = first.groups if isinstance(first, ScoreData) else list(first.ids)
     group_of = dict(zip(first.ids, groups, strict=True))
-    units: dict[str, list[int]] = {}
-    for column, item in enumerate(common):
-        units.setdefault(group_of[item], []).append(column)
-    members_of = list(units.values())
+    _, members_of = units_of([group_of[item] for item in common])
     interval = None
     if resamples and counted and len(members_of) >= 2:
         chosen = table[counted]
@@ -208,7 +206,9 @@ def targets(verdict: MethodResult) -> list[str]:
     return ([verdict.labels.kind] if verdict.labels is not None else []) + list(verdict.aspects)
 
 
-def _of_target(records: Sequence[Mapping[str, Any]], target: str) -> list[Mapping[str, Any]]:
+def of_target(records: Sequence[Mapping[str, Any]], target: str) -> list[Mapping[str, Any]]:
+    """The records measured on ``target``: its task's (``pairwise``, ``choice``), else the aspect's score records
+    (``score``: those without an aspect), as :func:`~jurygraph.measuring.metaeval.evaluate_records` groups them."""
     if target in ("pairwise", "choice"):
         return [r for r in records if r.get("task") == target]
     return [r for r in records if r.get("task", "score") == "score" and (r.get("aspect") or "score") == target]
@@ -236,7 +236,7 @@ def panel_diagnostics(name: str, records: Sequence[Mapping[str, Any]], verdict: 
             _vs_best(verdict, present, target, stat, resamples, seed),
             _error_correlation(present, target, resamples=resamples, confidence=confidence, seed=seed)
             if len(present) >= 2 else None,
-            conformity(_of_target(records, target))))
+            conformity(of_target(records, target))))
     return panels
 
 
@@ -248,8 +248,8 @@ def member_position(names: Sequence[str], records: Sequence[Sequence[Mapping[str
     per_run = [member_views(run) for run in records]
     members = list(dict.fromkeys(member for views in per_run for member in views))
     for member in members:
-        views = [views.get(member) or member_records(run, member) for views, run in zip(per_run, records,
-                                                                                          strict=True)]
+        # a run the member is absent from gives no pairs, so no bias: the filter below drops it
+        views = [views.get(member, []) for views in per_run]
         for indices, bias in run_biases(names, views, manifests):
             if bias.pairs:
                 bias.name = member
@@ -326,14 +326,6 @@ def same_family(run: str, records: Sequence[Mapping[str, Any]], systems: Mapping
 # --- tables -----------------------------------------------------------------------------------------
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _pct(value: float) -> str:
-    return "–" if math.isnan(value) else f"{100 * value:.1f}"
-
-
 def _ci(interval: Interval | None, digits: int = 3, scale: float = 1.0) -> str:
     if interval is None or math.isnan(interval.low):
         return ""
@@ -354,19 +346,19 @@ def members_table(panel: Panel) -> Table:
         if labelled and result.labels is not None:
             lab = result.labels
             rows.append([who, _model(model), str(lab.n), str(lab.missing),
-                         _f(100 * lab.accuracy, 1) + _ci(lab.intervals.get("accuracy"), 1, 100),
-                         _f(lab.kappa) + _ci(lab.intervals.get("kappa"))])
+                         number(100 * lab.accuracy, 1) + _ci(lab.intervals.get("accuracy"), 1, 100),
+                         number(lab.kappa) + _ci(lab.intervals.get("kappa"))])
         elif not labelled and target in result.aspects:
             aspect = result.aspects[target]
             rows.append([who, _model(model), str(aspect.correlation.n), str(aspect.missing),
-                         *(_f(aspect.value(s)) + _ci(aspect.intervals.get(s)) for s in ("pearson", "spearman",
-                                                                                        "kendall"))])
+                         *(number(aspect.value(s)) + _ci(aspect.intervals.get(s))
+                           for s in ("pearson", "spearman", "kendall"))])
     columns = (["Member", "Model", "n", "missing", "Acc. % [CI]", "Kap. [CI]"] if labelled else
                ["Member", "Model", "n", "missing", "r [CI]", "ρ [CI]", "τ [CI]"])
     notes = []
     best = panel.vs_best
     if best is not None:
-        symbol = {"accuracy": "acc.", "pearson": "r", "spearman": "ρ", "kendall": "τ"}[best.statistic]
+        symbol = {"accuracy": "acc.", **SYMBOL}[best.statistic]
         test = best.test
         interval = "" if math.isnan(test.low) else f" [{test.low:+.3f}, {test.high:+.3f}]"
         p = "" if math.isnan(test.p_value) else f", p = {test.p_value:.3g}" if test.p_value > 0 or not test.resamples \
@@ -381,11 +373,11 @@ def error_table(panel: Panel) -> Table | None:
     errors = panel.errors
     if errors is None:
         return None
-    rows = [[name, *(_f(v, 2) for v in row)] for name, row in zip(errors.members, errors.matrix, strict=True)]
+    rows = [[name, *(number(v, 2) for v in row)] for name, row in zip(errors.members, errors.matrix, strict=True)]
     left_out = [m for m in errors.members if m not in errors.counted]
     k = len(errors.counted)
     notes = [f"errors: {errors.error}, on the {errors.items} items every member judged",
-             f"effective number of independent judges: {_f(errors.effective, 2)}{_ci(errors.interval, 2)} "
+             f"effective number of independent judges: {number(errors.effective, 2)}{_ci(errors.interval, 2)} "
              f"of {k} ({EFFECTIVE})"]
     if left_out:
         notes.append(f"left out (errors constant on these items, so no correlation): {', '.join(left_out)}")
@@ -397,7 +389,7 @@ def conformity_table(panel: Panel) -> Table | None:
     if panel.conformity is None:
         return None
     rows = [[m.member, str(m.transitions), str(m.moves), str(m.toward_others) if m.with_others else "–",
-             str(m.away_from_others) if m.with_others else "–", _pct(m.conformity), str(m.toward_human),
+             str(m.away_from_others) if m.with_others else "–", percent(m.conformity), str(m.toward_human),
              str(m.away_from_human)] for m in panel.conformity]
     return Table(f"Panel {panel.name} / {panel.target}: conformity between rounds",
                  ["Member", "transitions", "moves", "toward others", "away", "conformity %", "toward human",
@@ -421,7 +413,8 @@ def family_tables(warnings: Sequence[FamilyWarning], rules: Rule = FAMILIES) -> 
     if not warnings:
         return []
     rows = [[w.run, w.member, w.model, w.system, w.family, str(w.items), str(w.judged),
-             _pct(w.picks / w.judged if w.judged else math.nan), _pct(w.others), _pct(w.verdict), _pct(w.human)]
+             percent(w.picks / w.judged if w.judged else math.nan), percent(w.others), percent(w.verdict),
+             percent(w.human)]
             for w in warnings]
     used = {w.family for w in warnings}
     rule_rows = [[family, pattern] for family, pattern in rules if family in used]

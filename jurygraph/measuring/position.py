@@ -23,7 +23,7 @@ from typing import Any
 
 from jurygraph.judging.items import SWAP_LABEL
 from jurygraph.judging.judgments import pairwise_label
-from jurygraph.measuring.tables import Table
+from jurygraph.measuring.tables import Table, percent
 
 ORIGINAL, SWAPPED = "original_order", "swapped_order"
 OrderPairs = dict[str, list[tuple[str, str]]]  # item id -> its (original, swapped) labels, per sample
@@ -172,14 +172,10 @@ def run_biases(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any
     return [(indices, position_bias(name, pairs)) for indices, name, pairs in paired_runs(names, records, manifests)]
 
 
-def _percent(value: float) -> str:
-    return "–" if value != value else f"{100 * value:.1f}"
-
-
 def position_table(results: Sequence[PositionBias]) -> Table:
     """Flip rate and position wins per method (pairwise runs with both answer orders)."""
-    rows = [[r.name, str(r.pairs), str(r.flips), _percent(r.share(r.flips, of_verdicts=False)),
-             _percent(r.share(r.first)), _percent(r.share(r.second)), _percent(r.share(r.ties)), r.favoured]
+    rows = [[r.name, str(r.pairs), str(r.flips), percent(r.share(r.flips, of_verdicts=False)),
+             percent(r.share(r.first)), percent(r.share(r.second)), percent(r.share(r.ties)), r.favoured]
             for r in results]
     return Table("Position bias (both answer orders)",
                  ["Method", "pairs", "flipped", "flipped %", "first wins %", "second wins %", "ties %", "favours"],

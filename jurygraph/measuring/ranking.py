@@ -30,14 +30,13 @@ from scipy.sparse import csgraph
 
 from jurygraph.judging.aggregation import majority_label
 from jurygraph.measuring import metrics
-from jurygraph.measuring.metaeval import latest_records
+from jurygraph.measuring.metaeval import PAIRWISE_LABELS, latest_records
 from jurygraph.measuring.metrics import Interval
 from jurygraph.measuring.position import paired_runs
 from jurygraph.measuring.tables import Table
 
 PRIOR = 0.01  # precision of the Gaussian prior on each strength: sd 10 on the log-odds scale
 ELO_K, ELO_BASE, ELO_SCALE, ELO_START = 4.0, 10.0, 400.0, 1000.0  # Chatbot Arena's online Elo
-OUTCOMES = ("1", "2", "tie")
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class Battles:
 
 def _label(record: Mapping[str, Any]) -> str | None:
     verdict = record.get("verdict") or {}
-    if record.get("status", "ok") != "ok" or verdict.get("missing") or verdict.get("label") not in OUTCOMES:
+    if record.get("status", "ok") != "ok" or verdict.get("missing") or verdict.get("label") not in PAIRWISE_LABELS:
         return None
     return str(verdict["label"])
 
@@ -180,7 +179,7 @@ def bradley_terry(battles: Sequence[Battle], *, human: bool = False, resamples: 
     """The Bradley–Terry ranking of the judges' outcomes (``human``: of the human labels, on the battles that
     have one), with percentile bootstrap CIs over battles."""
     chosen = [(b, outcome) for b in battles for outcome in [b.human if human else b.outcome]
-              if outcome is not None and outcome in OUTCOMES]
+              if outcome is not None and outcome in PAIRWISE_LABELS]
     systems = sorted({s for b, _ in chosen for s in (b.system_1, b.system_2)})
     index = {name: i for i, name in enumerate(systems)}
     first = np.array([index[b.system_1] for b, _ in chosen], dtype=int)
@@ -194,8 +193,8 @@ def bradley_terry(battles: Sequence[Battle], *, human: bool = False, resamples: 
         np.add.at(wins, (second[rows], first[rows]), earned[rows, 1])
         return wins
 
-    everything = list(range(len(chosen)))
-    theta = fit_strengths(table(everything)) if systems else np.zeros(0)
+    wins = table(range(len(chosen)))  # every battle: the fit, and the components below
+    theta = fit_strengths(wins) if systems else np.zeros(0)
     intervals: dict[str, Interval] = {}
     if resamples and len(chosen) >= 2:
         def strengths_of(draw: Sequence[int]) -> dict[str, float]:
@@ -218,7 +217,7 @@ def bradley_terry(battles: Sequence[Battle], *, human: bool = False, resamples: 
             winner.wins += 1
             loser.losses += 1
     ranked = sorted(standings.values(), key=lambda s: (-s.strength, s.name))
-    return Ranking(ranked, len(chosen), components(systems, table(everything)) if systems else [])
+    return Ranking(ranked, len(chosen), components(systems, wins) if systems else [])
 
 
 def components(systems: Sequence[str], wins: np.ndarray) -> list[list[str]]:

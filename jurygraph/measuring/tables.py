@@ -91,8 +91,14 @@ class Table:
         return buffer.getvalue()
 
 
-def _f(value: float, digits: int = 3) -> str:
+def number(value: float | None, digits: int = 3) -> str:
+    """A figure with ``digits`` decimals; – when there is none (None or NaN)."""
     return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def percent(value: float) -> str:
+    """A share as a percentage with one decimal; – when it is NaN."""
+    return "–" if value != value else f"{100 * value:.1f}"
 
 
 def aspect_order(methods: Sequence[MethodResult]) -> list[str]:
@@ -138,10 +144,10 @@ def correlation_table(methods: Sequence[MethodResult], statistics: Sequence[str]
         cells = [method.name]
         for aspect in aspects:
             result = method.aspects.get(aspect)
-            cells += [_f(result.value(s)) if result else "–" for s in stats]
+            cells += [number(result.value(s)) if result else "–" for s in stats]
         for s in stats:
             values = [method.aspects[a].value(s) for a in aspects if a in method.aspects]
-            cells.append(_f(sum(values) / len(values)) if len(values) == len(aspects) and values else "–")
+            cells.append(number(sum(values) / len(values)) if len(values) == len(aspects) and values else "–")
         rows.append(cells)
     title = f"{dataset or 'dataset'}: {level_name(dataset, level)} correlation with human ratings"
     notes = ["r = Pearson, ρ = Spearman (average ranks), τ = Kendall tau-b."]
@@ -162,7 +168,7 @@ def label_table(methods: Sequence[MethodResult]) -> Table:
         result = method.labels
         if result is None:
             continue
-        rows.append([method.name, _f(100 * result.accuracy, 1), _f(result.kappa), str(result.n),
+        rows.append([method.name, number(100 * result.accuracy, 1), number(result.kappa), str(result.n),
                      str(result.missing)])
     dataset = next((m.dataset for m in methods if m.dataset), None) or "pairwise"
     return Table(f"{dataset}: agreement with the human verdict", ["Method", "Acc.", "Kap.", "n", "missing"],
@@ -184,15 +190,16 @@ def detail_table(methods: Sequence[MethodResult]) -> Table:
                 interval = result.intervals.get(s)
                 if interval:
                     confidence = interval.confidence
-                cells.append(f"{_f(corr.get(s))} [{_f(interval.low)}, {_f(interval.high)}]" if interval
-                             else _f(corr.get(s)))
+                cells.append(f"{number(corr.get(s))} [{number(interval.low)}, {number(interval.high)}]" if interval
+                             else number(corr.get(s)))
             rows.append(cells)
         if method.labels is not None:
             lab = method.labels
             acc, kap = lab.intervals.get("accuracy"), lab.intervals.get("kappa")
             rows.append([method.name, lab.kind, "items", str(lab.n), "–", "0", str(lab.missing), str(lab.no_human),
-                         f"acc {_f(lab.accuracy)}" + (f" [{_f(acc.low)}, {_f(acc.high)}]" if acc else ""),
-                         f"kappa {_f(lab.kappa)}" + (f" [{_f(kap.low)}, {_f(kap.high)}]" if kap else ""), ""])
+                         f"acc {number(lab.accuracy)}" + (f" [{number(acc.low)}, {number(acc.high)}]" if acc else ""),
+                         f"kappa {number(lab.kappa)}" + (f" [{number(kap.low)}, {number(kap.high)}]" if kap else ""),
+                         ""])
     columns = ["Method", "Aspect", "Level", "Items", "Groups", "Skipped", "Missing", "No human",
                f"r [{confidence:.0%} CI]", f"ρ [{confidence:.0%} CI]", f"τ [{confidence:.0%} CI]"]
     return Table("Details: counts and bootstrap confidence intervals (resampling documents/contexts/questions)",
@@ -211,7 +218,7 @@ def distribution_table(method: MethodResult, aspects: Sequence[str] | None = Non
     groups = [("", 1)] + [(a.capitalize(), 2) for a in chosen]
     dists = {a: (score_distribution(method.aspects[a].data.human, low, high),
                  score_distribution(method.aspects[a].data.predicted, low, high)) for a in chosen}
-    rows = [[str(point)] + [_f(d[k][point], 2) for a in chosen for d in [dists[a]] for k in (0, 1)]
+    rows = [[str(point)] + [number(d[k][point], 2) for a in chosen for d in [dists[a]] for k in (0, 1)]
             for point in range(low, high + 1)]
     return Table(f"Score distribution (%) of human and {method.name}", columns, rows, groups,
                  ["Scores rounded half up to the nearest point of the scale."])
@@ -260,7 +267,7 @@ def comparison_table(a: MethodResult, b: MethodResult, statistic: str = "spearma
 
 def _comparison_row(aspect: str, stat: str, tests: dict[str, PairedTest]) -> list[str]:
     boot = tests["bootstrap"]
-    return [aspect, stat, f"{boot.difference:+.3f}", f"[{_f(boot.low)}, {_f(boot.high)}]", _p(boot.p_value),
+    return [aspect, stat, f"{boot.difference:+.3f}", f"[{number(boot.low)}, {number(boot.high)}]", _p(boot.p_value),
             _p(tests["permutation"].p_value), _p(tests["t-test"].p_value)]
 
 

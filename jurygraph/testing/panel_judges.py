@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections import Counter
-from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from jurygraph.judging.aggregation import majority_label
 from jurygraph.judging.items import SWAP_LABEL
+from jurygraph.judging.judgments import pairwise_label
+from jurygraph.measuring.metaeval import PAIRWISE_LABELS
 from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import FakeOpenAIServer, prompt_of
 
-SYSTEMS = ("gpt35", "vicuna")  # FairEval's Assistant 1 and 2, in the data's order
-LABELS = ("1", "2", "tie")
 _SCORES = {"1": (8, 4), "2": (4, 8), "tie": (6, 6)}
 _SPOKEN = re.compile(r"\[(?P<name>[^\]\n]+)\]: Evaluation evidence:.*?\nThe score of Assistant 1: (?P<one>[\d.]+)\n"
                      r"The score of Assistant 2: (?P<two>[\d.]+)", re.S)
@@ -53,11 +52,7 @@ def faireval() -> dict[str, dict[str, Any]]:
 
 def coin(question: str, salt: str = "coin") -> str:
     """The coin's pick for a question: a label by a hash (the same every time)."""
-    return LABELS[zlib.crc32(f"{salt}:{question}".encode()) % 3]
-
-
-def _label(one: float, two: float) -> str:
-    return "1" if one > two else "2" if two > one else "tie"
+    return PAIRWISE_LABELS[zlib.crc32(f"{salt}:{question}".encode()) % 3]
 
 
 def _heard_majority(prompt: str) -> str | None:
@@ -66,11 +61,10 @@ def _heard_majority(prompt: str) -> str | None:
     own = _SPEAKER.search(prompt)
     last: dict[str, str] = {}
     for said in _SPOKEN.finditer(prompt):
-        last[said["name"]] = _label(float(said["one"]), float(said["two"]))
+        last[said["name"]] = pairwise_label(float(said["one"]), float(said["two"]))
     if own is None or last.pop(own["name"], None) is None or not last:
         return None
-    ranked = Counter(last.values()).most_common()
-    return ranked[0][0] if len(ranked) == 1 or ranked[0][1] > ranked[1][1] else None
+    return majority_label(last.values())[0]
 
 
 def pick(model: str, question: str, human: str | None, prompt: str = "") -> tuple[str, bool]:
@@ -103,9 +97,9 @@ def respond(request: dict[str, Any], choice: int = 0) -> str:
     return pairwise_reply(one, two, f"{request.get('model')} judged by its script.")
 
 
-def serve(responder: Callable[[dict[str, Any], int], str] = respond, port: int = 0) -> FakeOpenAIServer:
+def serve(port: int = 0) -> FakeOpenAIServer:
     """The judges on a local fake OpenAI server (started; stop it with ``.stop()``); port 0: any free one."""
-    return FakeOpenAIServer(responder, port=port).start()
+    return FakeOpenAIServer(respond, port=port).start()
 
 
 def main() -> None:
