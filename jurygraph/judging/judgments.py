@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
 from jurygraph.judging.items import SWAP_LABEL, TaskKind
 
 PairwiseLabel = Literal["1", "2", "tie"]
+PAIRWISE_LABELS: tuple[str, ...] = get_args(PairwiseLabel)  # in this order: tables, rankings, scripted judges
 
 
 class Judgment(BaseModel):

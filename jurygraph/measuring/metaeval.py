@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from jurygraph.judging.judgments import PAIRWISE_LABELS
 from jurygraph.measuring import metrics
 from jurygraph.measuring.metrics import Correlation, Interval
 from jurygraph.running.rundir import MANIFEST, RESULTS, read_results
 
 Level = Literal["pooled", "grouped"]
-PAIRWISE_LABELS = ("1", "2", "tie")
 
 
 def default_level(dataset: str | None) -> Level:

@@ -29,8 +29,9 @@ from scipy import optimize, special, stats
 from scipy.sparse import csgraph
 
 from jurygraph.judging.aggregation import majority_label
+from jurygraph.judging.judgments import PAIRWISE_LABELS
 from jurygraph.measuring import metrics
-from jurygraph.measuring.metaeval import PAIRWISE_LABELS, latest_records
+from jurygraph.measuring.metaeval import latest_records
 from jurygraph.measuring.metrics import Interval
 from jurygraph.measuring.position import paired_runs
 from jurygraph.measuring.tables import Table

@@ -30,8 +30,7 @@ from typing import Any
 
 from jurygraph.judging.aggregation import majority_label
 from jurygraph.judging.items import SWAP_LABEL
-from jurygraph.judging.judgments import pairwise_label
-from jurygraph.measuring.metaeval import PAIRWISE_LABELS
+from jurygraph.judging.judgments import PAIRWISE_LABELS, pairwise_label
 from jurygraph.running.datasets import load_dataset
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import FakeOpenAIServer, prompt_of
