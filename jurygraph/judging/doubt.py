@@ -37,7 +37,7 @@ from typing import Any
 
 from jurygraph.judging.aggregation import aggregate
 from jurygraph.judging.items import TaskKind
-from jurygraph.judging.judgments import Judgment, map_back
+from jurygraph.judging.judgments import Judgment, map_back, pairwise_label
 
 __all__ = ["SIGNALS", "Condition", "decided_by", "doubt_signals", "panel_verdict", "parse_conditions", "triggered"]
 
@@ -229,12 +229,8 @@ def _flip(detail: Mapping[str, Any]) -> bool | None:
             orders[str(name).startswith(SWAPPED)].append((float(s1), float(s2)))
     if not orders[False] or not orders[True]:
         return None
-    labels = [_pairwise(fmean(a for a, _ in pairs), fmean(b for _, b in pairs)) for pairs in orders.values()]
+    labels = [pairwise_label(fmean(a for a, _ in pairs), fmean(b for _, b in pairs)) for pairs in orders.values()]
     return labels[0] != labels[1]
-
-
-def _pairwise(score_1: float, score_2: float) -> str:
-    return "1" if score_1 > score_2 else "2" if score_2 > score_1 else "tie"
 
 
 # --- conditions -----------------------------------------------------------------------------------------------
