@@ -402,9 +402,12 @@ class _Run:
         todo = self.total - len(self.finished) if self.total is not None else self.concurrency
         workers = [asyncio.create_task(self._worker(app, fresh)) for _ in range(max(1, min(self.concurrency, todo)))]
         try:
-            # the first abort cancels the other workers' items at once: their checkpoints stay for a resume
-            while any(not task.done() for task in workers) and not self.aborted:
-                await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
+            # the first abort cancels the other workers' items at once: their checkpoints stay for a resume. Only the
+            # workers still running are waited on: a finished one in the set would end every wait at once, and the
+            # loop would spin through the run's tail (as the first workers run out of items)
+            running = set(workers)
+            while running and not self.aborted:
+                _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             if self.aborted:
                 for task in workers:
                     task.cancel()
