@@ -7,7 +7,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from jurygraph.judging.conversations import Message, assistant_turns, check_messages, first_user_text, parse_messages
 
 
 class TaskKind(StrEnum):
@@ -94,6 +96,13 @@ class EvalItem(BaseModel):
     image: str | None = Field(
         default=None, description="an image as a file path, a data: URL or base64 text (see image_data_url)"
     )
+    messages: list[Message] | None = None
+    messages_1: list[Message] | None = None
+    messages_2: list[Message] | None = None
+    steps: list[list[str]] | None = None
+    steps_1: list[list[str]] | None = None
+    steps_2: list[list[str]] | None = None
+    turn: int | None = Field(default=None, ge=1, description="the assistant turn judged, from 1; None: all of them")
     group: str | None = None
     human: dict[str, Any] | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -102,6 +111,19 @@ class EvalItem(BaseModel):
     @classmethod
     def _id_to_str(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int) else value
+
+    @field_validator("messages", "messages_1", "messages_2", mode="before")
+    @classmethod
+    def _messages(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        return parse_messages(value, item=str(info.data.get("id", "?")), field=str(info.field_name))
+
+    @field_validator("steps", "steps_1", "steps_2", mode="before")
+    @classmethod
+    def _steps(cls, value: Any) -> Any:
+        # a step may be written as one node name (a superstep that ran one node)
+        return [[step] if isinstance(step, str) else step for step in value] if isinstance(value, list) else value
 
     @field_validator("image", mode="before")
     @classmethod
@@ -114,12 +136,14 @@ class EvalItem(BaseModel):
 
     @model_validator(mode="after")
     def _fields_for_task(self) -> EvalItem:
+        self._check_conversation()
         needed: tuple[str, ...]
         if self.task is TaskKind.PAIRWISE:
-            needed = ("question", "response_1", "response_2")
+            needed = ("question", "messages_1", "messages_2") if self.conversational else (
+                "question", "response_1", "response_2")
         elif self.task is TaskKind.SCORE:
             # an image can itself be what is rated (text-to-image quality, ReFeR's AGIQA)
-            needed = ("scale",) if self.image else ("response", "scale")
+            needed = ("scale",) if self.image or self.messages else ("response", "scale")
         else:
             needed = ("question",)
         missing = [name for name in needed if getattr(self, name) in (None, "")]
@@ -135,6 +159,54 @@ class EvalItem(BaseModel):
             self.human = {**self.human, "label": label}
         return self
 
+    @property
+    def conversational(self) -> bool:
+        """Whether the item is a conversation (it carries messages) rather than texts."""
+        return bool(self.messages or self.messages_1 or self.messages_2)
+
+    def _check_conversation(self) -> None:
+        """The conversation fields fit the task and each other; ``question`` is derived when missing."""
+        if not self.conversational:
+            for name in ("steps", "steps_1", "steps_2", "turn"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"item {self.id!r}: {name!r} belongs to a conversation item "
+                                     "(one with 'messages', or 'messages_1' and 'messages_2')")
+            return
+        texts = {"score": ("response",), "pairwise": ("response_1", "response_2")}.get(self.task.value, ())
+        both = [name for name in texts if getattr(self, name) not in (None, "")]
+        if both:
+            conversation = "'messages'" if self.task is TaskKind.SCORE else "'messages_1'/'messages_2'"
+            raise ValueError(f"item {self.id!r}: give {conversation} or {', '.join(map(repr, both))}, not both "
+                             "(put the reply to judge in the conversation as its last assistant message)")
+        if self.task is TaskKind.CHOICE:
+            raise ValueError(f"item {self.id!r}: a choice item cannot be a conversation")
+        sides: list[tuple[str, list[Message]]]
+        if self.task is TaskKind.SCORE:
+            if self.messages_1 or self.messages_2 or self.steps_1 or self.steps_2:
+                raise ValueError(f"item {self.id!r}: 'messages_1'/'messages_2' (and their steps) belong to a "
+                                 "pairwise item; a score item's conversation is 'messages'")
+            check_messages(self.messages or [], item=self.id)
+            sides = [("messages", self.messages or [])]
+        else:
+            if not (self.messages_1 and self.messages_2):
+                raise ValueError(f"item {self.id!r}: a pairwise conversation item needs both 'messages_1' and "
+                                 "'messages_2' (the two continuations of 'messages', or two whole trajectories)")
+            if self.steps:
+                raise ValueError(f"item {self.id!r}: a pairwise item's steps are 'steps_1' and 'steps_2'")
+            prefix = self.messages or []
+            if prefix:
+                check_messages(prefix, item=self.id)
+            for name in ("messages_1", "messages_2"):
+                check_messages(getattr(self, name), item=self.id, field=name, prefix=prefix)
+            sides = [(name, [*prefix, *getattr(self, name)]) for name in ("messages_1", "messages_2")]
+        for name, messages in sides:
+            turns = len(assistant_turns(messages))
+            if self.turn is not None and self.turn > turns:
+                raise ValueError(f"item {self.id!r}: turn {self.turn} asked, but {name} has {turns} assistant "
+                                 f"turn{'s' if turns != 1 else ''}")
+        if self.question in (None, ""):
+            self.question = first_user_text(self.messages or self.messages_1 or [])
+
     def swapped(self) -> EvalItem:
         """The same pairwise item with the two answers in the other order (labels mapped too)."""
         if self.task is not TaskKind.PAIRWISE:
@@ -147,7 +219,8 @@ class EvalItem(BaseModel):
             meta["model_1"], meta["model_2"] = self.meta.get("model_2"), self.meta.get("model_1")
         return self.model_copy(
             update={"response_1": self.response_2, "response_2": self.response_1, "human": human or None,
-                    "meta": meta}
+                    "meta": meta, "messages_1": self.messages_2, "messages_2": self.messages_1,
+                    "steps_1": self.steps_2, "steps_2": self.steps_1}
         )
 
     @property
