@@ -435,3 +435,11 @@ def test_a_per_turn_run_resumes_with_the_turns_left(tmp_path: Path) -> None:
     assert [turn_of(c.prompt) for c in fixed.calls] == [3]
     [record] = read_results(tmp_path)
     assert [t["score"] for t in record["verdict"]["detail"]["turns"]] == [3, 4, 5]
+
+
+def test_the_docs_show_the_rendering_as_it_is() -> None:
+    from jurygraph.nodes.conversation import conversation_text
+
+    docs = (Path(__file__).parents[1] / "docs" / "CONVERSATIONS.md").read_text(encoding="utf-8")
+    shown = docs.split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert shown == conversation_text(items("score")["flight-turn-2"], 150)
