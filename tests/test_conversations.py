@@ -467,3 +467,17 @@ def test_doubt_signals_of_a_calibrated_per_turn_panel_read_each_order_back(opena
     # read back in the original order: A ties, B says 1, C says 2 (read as shown, A would say 1, B and C tie)
     assert doubt_signals(state)["agreement"] == round(1 / 3, 6)
     assert in_original_order("turn_1/swapped_order", said(4, 7))["score_1"] == 7
+
+
+def test_a_rerun_with_the_cache_pays_for_no_turn_twice(openai_server, tmp_path: Path) -> None:
+    server = openai_server(responder)
+    cache = tmp_path / "cache.sqlite"
+    assert main(eval_args(server, tmp_path / "a", "chateval", "score", "--per-turn", "--cache", str(cache))) == 0
+    paid = len(server.requests)
+    # 7 turns x 2 referees x 2 discussion turns, less the calls flight-turn-2 shares with flight's turn 2 (those
+    # the cache already held when they were asked)
+    assert 20 <= paid <= 28
+    assert main(eval_args(server, tmp_path / "b", "chateval", "score", "--per-turn", "--cache", str(cache))) == 0
+    assert len(server.requests) == paid
+    verdicts = [{r["id"]: r["verdict"] for r in read_results(tmp_path / run)} for run in ("a", "b")]
+    assert verdicts[0] == verdicts[1]
