@@ -26,7 +26,7 @@ from jurygraph.cli.protocols import (
 )
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
-from jurygraph.llm.redact import MASK, redact_url
+from jurygraph.llm.redact import MASK, redact_text, redact_values
 from jurygraph.running.datasets import load_dataset
 from jurygraph.running.distributed import INSTALL_HINT, RayOptions
 from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
@@ -117,7 +117,7 @@ def _resume_args(args: argparse.Namespace,
     saved = dict(manifest.get("cli", {}))
     saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
     given = explicit_dests(args.argv)
-    conflicts = []
+    conflicts, masked = [], []
     for key in sorted(set(saved) | set(vars(args))):
         if key in NOT_SETTINGS:
             continue
@@ -125,14 +125,17 @@ def _resume_args(args: argparse.Namespace,
         then = saved.get(key, default)  # an option newer than the run: the run had its default
         if key not in given:
             setattr(args, key, then)
-        elif key not in EXECUTION_ONLY and _plain(now) != _plain(then):
+            if MASK in json.dumps(then):
+                masked.append(f"--{key.replace('_', '-')}")
+        elif key not in EXECUTION_ONLY and _plain(redact_values(now)) != _plain(then):  # saved without credentials
             conflicts.append(f"--{key.replace('_', '-')} {_shown(now)} (the run has {_shown(then)})")
     if conflicts:
-        raise UsageError(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its settings: "
-                         "drop these options, or start a new run with another --out")
-    if args.base_url and MASK in args.base_url and "base_url" not in given:
-        raise UsageError(f"--resume {args.resume}: the run's --base-url had credentials, which are never stored; "
-                         "pass --base-url again")
+        raise UsageError(redact_text(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its "
+                                     "settings: drop these options, or start a new run with another --out"))
+    if masked:
+        named = " and ".join(masked)
+        raise UsageError(f"--resume {args.resume}: the run's {named} had credentials, which are never stored; "
+                         f"pass {named} again")
     args.out = args.resume
     return args, manifest
 
@@ -151,9 +154,7 @@ def _shown(value: Any) -> str:
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Every option of the invocation (run-defining and execution-only), credentials removed, for the manifest;
     the protocol's own options under ``protocol_args`` as before."""
-    saved = {key: value for key, value in vars(args).items() if key not in NOT_SETTINGS}
-    if saved.get("base_url"):
-        saved["base_url"] = redact_url(saved["base_url"])
+    saved = {key: redact_values(value) for key, value in vars(args).items() if key not in NOT_SETTINGS}
     saved["protocol_args"] = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
     return _plain(saved)
 

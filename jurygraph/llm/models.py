@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
@@ -136,6 +137,7 @@ class ModelSpec(BaseModel):
             return load_local_model(self.model, temperature=self.temperature, max_tokens=self.max_tokens)
         key = self._api_key()
         count = _CountAttempt(self.label)
+        base_url, query = split_query(self.base_url)
         if self.provider == "openai":
             import httpx
             from langchain_openai import ChatOpenAI
@@ -146,17 +148,19 @@ class ModelSpec(BaseModel):
                 timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
                 event_hooks={"request": [count]})
             return ChatOpenAI(
-                model=self.model, base_url=self.base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
+                model=self.model, base_url=base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
                 temperature=self.temperature, max_tokens=self.max_tokens,  # type: ignore[call-arg]
                 timeout=self.timeout, max_retries=self.max_retries, http_async_client=http_async_client,
+                default_query=query or None,
             )
         from langchain_google_genai import ChatGoogleGenerativeAI
 
         # google-genai counts attempts, the first included (and reads 0 as "its default of 5"): retries + 1
         return ChatGoogleGenerativeAI(  # type: ignore[call-arg]
-            model=self.model, google_api_key=key or "not-needed", base_url=self.base_url,
+            model=self.model, google_api_key=key or "not-needed", base_url=base_url,
             temperature=self.temperature, max_output_tokens=self.max_tokens, timeout=self.timeout,
-            max_retries=self.max_retries + 1, client_args={"event_hooks": {"request": [count]}},
+            max_retries=self.max_retries + 1,
+            client_args={"event_hooks": {"request": [count]}, **({"params": query} if query else {})},
         )
 
     def check_key(self) -> None:
@@ -174,6 +178,16 @@ class ModelSpec(BaseModel):
             f"{' or '.join(names)} is not set: export {names[0]}=... to use {self.label}"
             + (" (or pass --base-url for an OpenAI-compatible server)" if self.provider == "openai" else "")
         )
+
+
+def split_query(url: str | None) -> tuple[str | None, dict[str, str]]:
+    """A base URL without its query string, and the query's parameters. The clients append their endpoint's path to
+    the base URL as text (``.../v1?api_key=K`` + ``chat/completions`` = ``.../v1/?api_key=Kchat/completions``), so
+    a query (a proxy's ``?api_key=``, Azure's ``?api-version=``) is given to them as parameters of every request."""
+    if not url or "?" not in url:
+        return url, {}
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query="", fragment="")), dict(parse_qsl(parts.query, keep_blank_values=True))
 
 
 class _CountAttempt:
