@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.cli.metaeval import common_options, evaluate, finish, slug
-from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
+from jurygraph.cli.options import add_model_arguments, check_gen_options, context_from_args, key_values
 from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.judging.benchmarks import canonical
 from jurygraph.judging.items import TaskKind
@@ -137,7 +137,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             except (argparse.ArgumentError, SystemExit) as err:
                 raise ValueError(f"--method {name}: cannot read {text!r} ({err})") from None
             setup = build_protocol(options)
-            planned.append((name, text, setup, context_from_args(options, setup)))
+            context = context_from_args(options, setup)
+            check_gen_options(options, setup, context, next(iter(datasets.values()), []))
+            planned.append((name, text, setup, context))
 
         async def run_all() -> list[tuple[str, list[dict[str, Any]]]]:
             return [(name, await run_method(name, setup, context, datasets, out, concurrency=args.concurrency,

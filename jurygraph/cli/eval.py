@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.cli import costs
-from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
+from jurygraph.cli.options import add_model_arguments, check_gen_options, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
     add_protocol_arguments,
@@ -190,6 +190,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_task(args.protocol, items.tasks, str(args.dataset))
     check_doubt_signals(setup, args)
     context = context_from_args(args, setup)
+    check_gen_options(args, setup, context, items)
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "

@@ -41,11 +41,48 @@ ALL_AGENTS = "*"
 GEN_PARAMS: dict[str, type] = {"temperature": float, "top_p": float, "max_tokens": int, "n": int}
 
 
+@dataclass(frozen=True)
+class GenRange:
+    """The values a generation parameter may take: ``low`` (excluded when ``low_open``) up to ``high`` (None: no
+    upper bound)."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return above and (self.high is None or value <= self.high)
+
+    def __str__(self) -> str:
+        low = f"greater than {self.low:g}" if self.low_open else f"at least {self.low:g}"
+        if self.high is None:
+            return low
+        return f"in ({self.low:g}, {self.high:g}]" if self.low_open else f"between {self.low:g} and {self.high:g}"
+
+
+# what every model takes (a temperature below 0, no tokens or no samples mean nothing anywhere) ...
+GEN_RANGES: dict[str, GenRange] = {"temperature": GenRange(0), "top_p": GenRange(0, 1, low_open=True),
+                                   "max_tokens": GenRange(1), "n": GenRange(1)}
+# ... and what a provider's API documents beyond it: the OpenAI Chat Completions API (also what an OpenAI-compatible
+# server implements) and the Gemini API take a temperature from 0 to 2; the embedded llama.cpp model any from 0
+PROVIDER_GEN_RANGES: dict[str, dict[str, GenRange]] = {
+    "openai": {"temperature": GenRange(0, 2)},
+    "google_genai": {"temperature": GenRange(0, 2)},
+}
+
+
+def gen_range(param: str, provider: str | None = None) -> GenRange:
+    """The values ``param`` may take for a provider's models (None: for any model)."""
+    return PROVIDER_GEN_RANGES.get(provider or "", {}).get(param) or GEN_RANGES[param]
+
+
 def parse_gen(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
     """``AGENT.param=value`` overrides per agent name or role (``*`` or ``all``: every agent).
 
     The agent is everything before the last dot, so names with spaces work ("General Public.temperature=0.7").
-    Raises ValueError, in one line, for an unknown parameter or a value of the wrong type.
+    Raises ValueError, in one line, for an unknown parameter, a value of the wrong type or one no model takes
+    (a provider's own range is checked against the run's models: :func:`check_gen_range`).
     """
     out: dict[str, dict[str, Any]] = {}
     for pair in pairs or []:
@@ -60,10 +97,21 @@ def parse_gen(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
             parsed = None if text.lower() == "none" else GEN_PARAMS[param](text)
         except ValueError:
             raise ValueError(f"--gen {pair!r}: {param} takes a {GEN_PARAMS[param].__name__} (or none)") from None
-        if param == "n" and (parsed is None or parsed < 1):
+        if param == "n" and parsed is None:
             raise ValueError(f"--gen {pair!r}: n must be a positive integer")
+        if parsed is not None and parsed not in GEN_RANGES[param]:
+            raise ValueError(f"--gen {pair!r}: {param} must be {GEN_RANGES[param]} (got {parsed:g})")
         out.setdefault(ALL_AGENTS if agent.strip() == "all" else agent.strip(), {})[param] = parsed
     return out
+
+
+def check_gen_range(agent: str, param: str, value: Any, spec: ModelSpec) -> None:
+    """Raise ValueError, in one line naming the ``--gen`` flag and the value, when ``spec``'s provider documents a
+    narrower range for ``param`` than every model's."""
+    allowed = gen_range(param, spec.provider)
+    if value is not None and value not in allowed:
+        raise ValueError(f"--gen '{agent}.{param}={value:g}': {param} must be {allowed} for {spec.label} "
+                         f"(got {value:g})")
 
 
 class MissingAPIKey(RuntimeError):
