@@ -116,3 +116,33 @@ def test_repeated_item_ids_are_named_before_anything_runs(tmp_path: Path,
     assert code == 2
     assert_one_line(err, "item ids must be unique within a run; repeated: x, y")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_score_table_without_a_scale_says_what_to_add_and_scale_gives_it(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28: 'a score item needs 'scale'' named no column; now every skipped row says how to give its scale, and
+    --scale gives all of them one (saved with the run, so a resume keeps it)."""
+    data = tmp_path / "ratings.csv"
+    data.write_text("id,summary,rating\ns1,A fine summary.,4\ns2,A poor one.,2\n")
+    server = openai_server(lambda request, i: "Coherence: 4")
+    out = tmp_path / "run"
+    argv = ["eval", "--protocol", "single", "--dataset", str(data), "--task", "score", "--aspect", "coherence",
+            "--map", "response=summary", "--map", "human.coherence=rating", "--model", "judge", "--base-url",
+            server.base_url, "--out", str(out), "--quiet"]
+    code, err, _ = run_cli(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 3 and lines[-1] == f"jurygraph: {data}: no judgeable rows (2 skipped, reasons above)"
+    for line, item in zip(lines, ("s1", "s2"), strict=False):
+        assert line.startswith(f"jurygraph: skipped {data}, row ") and f"item {item!r}: a score item needs 'scale': " \
+            "add columns scale_low and scale_high, map yours with --map scale_low=COLUMN --map scale_high=COLUMN, " \
+            "or give every row one with --scale LOW-HIGH (e.g. --scale 1-5)" in line, line
+    assert server.requests == []
+    assert main([*argv, "--scale", "1-5"]) == 0
+    assert [r["id"] for r in read_results(out)] == ["s1", "s2"]
+    assert json.loads((out / "manifest.json").read_text())["cli"]["scale"] == "1-5"
+    assert main(["eval", "--resume", str(out), "--quiet"]) == 0  # --scale restored from the manifest
+    code, err, _ = run_cli(["eval", "--dataset", "faireval", "--scale", "1-5", "--model", "judge", "--base-url",
+                            server.base_url, "--out", str(tmp_path / "other"), "--quiet"], capsys)
+    assert code == 2
+    assert_one_line(err, "--scale 1-5 gives the rows of a JSONL/CSV score table (--task score) their scale")

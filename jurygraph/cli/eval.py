@@ -24,6 +24,7 @@ from jurygraph.cli.protocols import (
     check_options,
     check_task,
 )
+from jurygraph.judging.items import Scale
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
 from jurygraph.llm.redact import MASK, redact_text, redact_values
@@ -56,6 +57,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
                       help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
                            "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")
+    data.add_argument("--scale", metavar="LOW-HIGH",
+                      help="JSONL/CSV score data: the rating scale of every row without scale_low/scale_high "
+                           "columns, e.g. --scale 1-5")
     data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
     data.add_argument("--limit", type=int, help="judge only the first N items")
     add_model_arguments(parser.add_argument_group("models"))
@@ -175,7 +179,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
     dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
-                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
+                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse,
+                           scale=Scale.parse(args.scale) if args.scale else None)
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)
     if not len(dataset):
