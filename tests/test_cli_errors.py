@@ -4,6 +4,10 @@ within seconds (never minutes of retries on a 401/404); and the rough edges of i
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -146,3 +150,51 @@ def test_a_score_table_without_a_scale_says_what_to_add_and_scale_gives_it(
                             server.base_url, "--out", str(tmp_path / "other"), "--quiet"], capsys)
     assert code == 2
     assert_one_line(err, "--scale 1-5 gives the rows of a JSONL/CSV score table (--task score) their scale")
+
+
+# --- output to a reader that went away (`jurygraph show RUN ID | head -3`): quiet, as Unix tools are ---
+
+
+def closed_pipe_run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``jurygraph ARGS`` with stdout a pipe whose reader is gone before anything is written (what `| head` leaves
+    once it has its lines), so the first write fails for sure."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run([sys.executable, "-m", "jurygraph.cli", *args], stdout=writer, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(writer)
+
+
+def test_a_closed_pipe_ends_a_command_quietly_with_sigpipes_status(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path) -> None:
+    server = openai_server()
+    out = tmp_path / "run"
+    argv = ["eval", "--protocol", "single", "--dataset", "faireval", "--limit", "3", "--model", "judge",
+            "--base-url", server.base_url, "--out", str(out), "--quiet"]
+    # an eval whose reader went away still finishes and records the run: results, manifest; the summary goes nowhere
+    done = closed_pipe_run(argv)
+    assert (done.returncode, done.stderr) == (128 + signal.SIGPIPE, "")
+    assert [r["status"] for r in read_results(out)] == ["ok"] * 3
+    assert json.loads((out / "manifest.json").read_text())["counts"]["done"] == 3
+    sent = len(server.requests)
+    assert sent == 6 and main(["eval", "--resume", str(out), "--quiet"]) == 0 and len(server.requests) == sent
+    for command in (["show", str(out), "0"], ["show", str(out), "0", "--json"], ["metaeval", str(out)],
+                    [*argv[:-3], "--dry-run"]):
+        ended = closed_pipe_run(command)
+        assert (ended.returncode, ended.stderr) == (128 + signal.SIGPIPE, ""), command
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Only a closed stdout is quiet: a pipe the command itself wrote to (a socket, a child) is one line, exit 2."""
+    import jurygraph.cli.show
+
+    def broken(args: Any) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(jurygraph.cli.show, "cmd_show", broken)
+    code, err, _ = run_cli(["show", "runs/x", "0"], capsys)
+    assert code == 2
+    assert_one_line(err, "jurygraph: Broken pipe")
