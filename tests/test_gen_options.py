@@ -97,3 +97,22 @@ def test_parse_gen_checks_what_no_model_takes() -> None:
     for bad in ("*.max_tokens=-5", "*.top_p=0", "*.n=-1", "*.temperature=-1"):
         with pytest.raises(ValueError, match=r"^--gen '.*': \w+ must be"):
             parse_gen([bad])
+
+
+def test_a_resumed_run_keeps_its_own_gen_with_a_warning(openai_server, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A run started before these checks may hold a --gen they refuse (it was ignored then): its resume goes on."""
+    import json
+
+    server = openai_server(lambda request, i: pairwise_reply(7, 3))
+    out = tmp_path / "run"
+    assert main(chateval(server, out)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["cli"]["gen"] = ["Critc.temperature=0"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "results.jsonl").write_text("")  # the item is judged again (from the cache)
+    capsys.readouterr()
+    assert main(["eval", "--resume", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --gen 'Critc.temperature=0': chateval has no agent or role 'Critc'" in err
+    assert "kept on --resume" in err

@@ -195,7 +195,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_task(args.protocol, items.tasks, str(args.dataset))
     check_doubt_signals(setup, args)
     context = context_from_args(args, setup)
-    check_gen_options(args, setup, context, items)
+    check_gen_options(args, setup, context, items,
+                      restored=bool(args.resume) and "gen" not in explicit_dests(args.argv))
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "

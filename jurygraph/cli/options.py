@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -106,10 +107,17 @@ def _specs(models: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 
 
 def check_gen_options(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext,
-                      items: Iterable[EvalItem]) -> None:
+                      items: Iterable[EvalItem], *, restored: bool = False) -> None:
     """``--gen`` against the protocol as built: the agents and roles it names are the graph's (the escalation's
-    included), found by running it on the first item; its values in each reached model's documented range."""
+    included), found by running it on the first item; its values in each reached model's documented range.
+    ``restored``: the values are a resumed run's own (from before these checks): a warning, so the run can go on."""
     if not context.gen:
+        return
+    if restored:
+        try:
+            check_gen_options(args, setup, context, items)
+        except UsageError as err:
+            print(f"jurygraph: warning: {err} (the run's own --gen, kept on --resume)", file=sys.stderr)
         return
     agents = None
     if set(context.gen) - {ALL_AGENTS}:
