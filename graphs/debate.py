@@ -19,14 +19,17 @@ Commander calls its model only with ``commander_llm=True`` (see :mod:`jurygraph.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 
+from jurygraph.graphs.spec import Option, Panel, Params, ProtocolSpec
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.debate import (
+    CRITIC_PERSONAS,
+    NO_ISSUE_RULES,
     CriticPersona,
     NoIssueRule,
     make_commander_node,
@@ -110,3 +113,72 @@ def create_debate(
     builder.add_edge("critic", "commander")
     builder.add_edge("finalize", END)
     return builder
+
+
+# --- the protocol on the command line and around a run (graphs/spec.py) ---------------------------------------
+
+CRITIC = Option("critic", str, "strict",
+                "DEBATE (and chateval --devil): the Critic's persona (default: strict = DEBATE's Devil's Advocate; "
+                "plain = MultiAgent baseline)", choices=tuple(CRITIC_PERSONAS))
+NO_ISSUE_RULE = Option("no_issue_rule", str, "paper",
+                       "DEBATE (and chateval --devil): when the Critic ends the debate: paper = 'NO ISSUE' anywhere in "
+                       "the reply (Algorithm 1, default); strict = the token alone on a line or opening the reply",
+                       choices=NO_ISSUE_RULES)
+OPTIONS: tuple[Option, ...] = (
+    CRITIC,
+    Option("max_iterations", int, DEFAULT_MAX_ITERATIONS,
+           f"DEBATE: n, the most Critic reviews (default {DEFAULT_MAX_ITERATIONS})", minimum=1),
+    Option("tie_breaker", bool, False, "DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE"),
+    NO_ISSUE_RULE,
+    Option("commander_llm", bool, False,
+           "DEBATE: the Commander's model words its request to the Scorer (one more call)"),
+)
+SCORER = "Scorer"
+# its panel for metaeval: the one Scorer, before and after the Critic's reviews
+BEFORE, AFTER = "Scorer (before critique)", "Scorer (after critique)"
+
+
+def _plan(params: Params) -> int:
+    n = int(params.get("max_iterations") or 1)
+    # n Scorer turns (each may be re-asked) and n Critic reviews, the tie-breaker (and its re-ask), the Commander
+    return 3 * n + (2 if params.get("tie_breaker") else 0) + (1 if params.get("commander_llm") else 0)
+
+
+def _bounds(params: Params) -> tuple[str, str]:
+    n = int(params.get("max_iterations") or 1)
+    tie = ", then the tie-breaker" if params.get("tie_breaker") else ""
+    return "the Critic says NO ISSUE at its first review", f"the Critic never says NO ISSUE ({n} reviews{tie})"
+
+
+def _score(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"kind": "score", "missing": True, "reason": "no score in this iteration"}
+    return {"kind": "score", "missing": False, "score": float(value)}
+
+
+def _members(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The Scorer's first score and its last (``verdict.detail.scores``)."""
+    scores = (((record.get("verdict") or {}).get("detail") or {}).get("scores")) or []
+    return {BEFORE: _score(scores[0]), AFTER: _score(scores[-1])} if scores else {}
+
+
+def _rounds(record: Mapping[str, Any]) -> list[dict[str, dict[int, Any]]]:
+    """The Scorer's score of every iteration: one member revising after each critique."""
+    scores = (((record.get("verdict") or {}).get("detail") or {}).get("scores")) or []
+    return [{SCORER: {i: None if s is None else float(s) for i, s in enumerate(scores)}}] if scores else []
+
+
+SPEC = ProtocolSpec(
+    name="debate",
+    factory=create_debate,
+    help="DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander",
+    options=OPTIONS,
+    tasks=("score",),
+    plan=_plan,
+    bounds=_bounds,
+    signals=lambda params, task: set(),  # one Scorer: no panel to agree or disagree
+    panel=Panel(members=_members, agent_of_member=lambda member: SCORER, rounds=_rounds),
+    # strict Critic, n = 4 iterations (its Figure 2 best), the Scorer's last score decides
+    studio={"debate": lambda: create_debate()},
+    order=20,
+)

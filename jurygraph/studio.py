@@ -30,14 +30,12 @@ from __future__ import annotations
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from jurygraph.graphs.chateval import create_chateval
+from jurygraph.graphs.chateval import create_chateval, create_chateval_devil
 from jurygraph.graphs.debate import create_debate
-from jurygraph.graphs.devil import create_chateval_devil
 from jurygraph.graphs.ensemble import create_ensemble
 from jurygraph.graphs.escalation import route_doubtful
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
-from jurygraph.graphs.peer_discussion import create_refer_discussion
-from jurygraph.graphs.refer import create_refer
+from jurygraph.graphs.refer import create_refer, create_refer_discussion
 from jurygraph.graphs.single import create_single_agent
 
 

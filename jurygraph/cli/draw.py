@@ -18,7 +18,7 @@ def add_arguments(draw: argparse.ArgumentParser) -> None:
 def cmd_draw(args: argparse.Namespace) -> int:
     from jurygraph.cli.diagrams import render_graph
 
-    validate_numbers(args, args.protocol_dests)
+    validate_numbers(args)
     setup = build_protocol(args)
     text_or_path = render_graph(setup.graph, args.format, args.out or (f"{args.protocol}.png"
                                                                           if args.format == "png" else None))
