@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.graphs.spec import Option, Panel, Params, ProtocolSpec
+from jurygraph.graphs.spec import Option, PanelMembers, Params, ProtocolSpec
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.debate import (
@@ -177,7 +177,7 @@ SPEC = ProtocolSpec(
     plan=_plan,
     bounds=_bounds,
     signals=lambda params, task: set(),  # one Scorer: no panel to agree or disagree
-    panel=Panel(members=_members, agent_of_member=lambda member: SCORER, rounds=_rounds),
+    panel=PanelMembers(read=_members, agent_of_member=lambda member: SCORER, rounds=_rounds),
     # strict Critic, n = 4 iterations (its Figure 2 best), the Scorer's last score decides
     studio={"debate": lambda: create_debate()},
     order=20,

@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 
 from jurygraph.graphs.calibration import NO_CALIBRATE
 from jurygraph.graphs.faireval import create_faireval
-from jurygraph.graphs.spec import Built, Option, OwnCalibration, Panel, Params, ProtocolSpec, judgments_key
+from jurygraph.graphs.spec import Built, Option, OwnCalibration, PanelMembers, Params, ProtocolSpec, judgments_key
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
@@ -99,7 +99,7 @@ SPEC = ProtocolSpec(
     single_agent=lambda values: create_single_agent(),
     single_agent_plan=lambda values: 2,
     signals=lambda params, task: set(),
-    panel=Panel(member_of=_member_of),
+    panel=PanelMembers(member_of=_member_of),
     studio={"single_agent": lambda: create_single_agent()},
     order=40,
 )

@@ -37,7 +37,7 @@ What a spec declares, field by field (every one but ``name`` and ``factory`` has
 - ``signals``: the doubt signals of its panel (``agreement``/``spread`` of two or more members,
   ``sample_spread`` of n samples) under given parameters, for the check that a ``--escalate-when`` condition can
   hold; ``missing``, ``margin`` and ``flip`` are every protocol's. Default: unknown (no check).
-- ``panel``: who its members are in a results line, for metaeval's panel diagnostics (:class:`Panel`).
+- ``panel``: who its members are in a results line, for metaeval's panel diagnostics (:class:`PanelMembers`).
 - ``studio``: the graphs LangGraph Studio serves for it (``langgraph.json``), each built with its defaults.
 - ``order``: where it is listed among the protocols (its options' place in ``eval --help``).
 
@@ -58,6 +58,11 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from langgraph.graph import StateGraph
+
+from jurygraph.judging.panel import PanelMembers, judgments_key
+
+__all__ = ["NOT_OPTIONS", "TASKS", "Built", "Option", "OwnCalibration", "PanelMembers", "Params", "ProtocolSpec",
+           "derive_spec", "judgments_key", "panel_signals"]
 
 Params = Mapping[str, Any]
 TASKS: tuple[str, ...] = ("pairwise", "score", "choice")
@@ -144,42 +149,6 @@ class Built:
     every_agent_has_a_model: bool = False
 
 
-# a results line -> each member's judgment of its item (a Judgment as a dict, stated for the original answer order)
-MemberReader = Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]]
-# a results line -> per episode (answer order, MEC sample), member -> round -> its judgment as a number or label
-RoundsReader = Callable[[Mapping[str, Any]], list[dict[str, dict[int, Any]]]]
-
-
-def judgments_key(key: str) -> tuple[str | None, str]:
-    """A key of a state's ``judgments`` as (run, agent): a calibration's ``original_order/Critic`` ->
-    (``original_order``, ``Critic``); ``Critic`` -> (None, ``Critic``)."""
-    run, sep, agent = key.rpartition("/")
-    return (run, agent) if sep else (None, key)
-
-
-@dataclass(frozen=True)
-class Panel:
-    """Who the members of a protocol's panel are, read from a results line (metaeval's panel diagnostics).
-
-    By default every agent with a judgment in ``judgments`` is a member (a calibration's runs of one agent are
-    one member), but those in ``non_members`` (a summarizer, an advocate, an area chair that decides rather
-    than votes...). ``member_of`` maps a judgments key to (run, member), or None for a key that is no member's;
-    ``members`` replaces the reading whole (DEBATE: one Scorer, before and after the critique), and
-    ``agent_of_member`` then says whose usage (model) a member is. ``rounds``: each member's judgment per round,
-    when the protocol records rounds its own way (conformity)."""
-
-    non_members: tuple[str, ...] = ()
-    member_of: Callable[[str], tuple[str | None, str] | None] = judgments_key
-    members: MemberReader | None = None
-    agent_of_member: Callable[[str], str] | None = None
-    rounds: RoundsReader | None = None
-
-    def key(self, key: str) -> tuple[str | None, str] | None:
-        """(run, member) of a judgments key; None when it is no member's."""
-        found = self.member_of(key)
-        return None if found is None or found[1] in self.non_members else found
-
-
 @dataclass(frozen=True)
 class OwnCalibration:
     """What ``--calibrate MODE`` runs for a protocol instead of wrapping its graph: ``build(built, mode, values)``
@@ -220,7 +189,7 @@ class ProtocolSpec:
     single_agent: Callable[[Params], StateGraph] | None = None
     single_agent_plan: Callable[[Params], int] | None = None
     signals: Callable[[Params, str], set[str]] | None = None
-    panel: Panel = Panel()
+    panel: PanelMembers = PanelMembers()
     studio: Mapping[str, Callable[[], StateGraph]] = field(default_factory=dict)
     order: int = 1000
     source: str = ""  # where it came from, when not a built-in: "module:attr" or the entry point's

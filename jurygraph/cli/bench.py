@@ -136,7 +136,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 options = parser.parse_args(shlex.split(text))
             except (argparse.ArgumentError, SystemExit) as err:
                 raise ValueError(f"--method {name}: cannot read {text!r} ({err})") from None
-            setup = build_protocol(options)
+            # the data is loaded: its task kinds decide the protocol's defaults (both orders on pairwise data)
+            setup = build_protocol(options, {task for dataset in datasets.values() for task in dataset.tasks})
             planned.append((name, text, setup, context_from_args(options, setup)))
 
         async def run_all() -> list[tuple[str, list[dict[str, Any]]]]:

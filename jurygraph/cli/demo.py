@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jurygraph.graphs.chateval import create_chateval
+from jurygraph.graphs.registry import DEFAULT, find
 from jurygraph.llm.local_model import (
     INSTALL,
     SMOKE_TEST_NOTICE,
@@ -52,13 +52,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"jurygraph demo: ChatEval one-by-one, 2 referees x 2 turns, {args.items} FairEval items.")
     print(f"Model: {SMOKE_TEST_NOTICE}.")
     items = load_faireval().items[: args.items]
-    graph = create_chateval(strategy="one-by-one")
+    protocol = find(DEFAULT)  # ChatEval, at the paper's defaults: one-by-one, 2 referees, 2 turns
+    built = protocol.create()
+    graph = built.graph
     spec = ModelSpec(provider="local", model="smollm2-135m-instruct", max_tokens=args.max_tokens)
     # the demo's own token cap over ChatEval's 512 (as --gen '*.max_tokens=N' would): a smoke test, kept short
     context = JuryContext(default=spec, gen={"*": {"max_tokens": args.max_tokens}})
     summary = run(graph, items, out_dir=out, context=context, concurrency=1,
                   resume=True, progress=False, on_token=_Printer(),
-                  manifest={"protocol": "chateval", "parameters": {"strategy": "one-by-one", "turns": 2},
+                  manifest={"protocol": protocol.name, "parameters": {**built.params, "protocol": protocol.name},
                             "models": {"default": spec.label}, "note": SMOKE_TEST_NOTICE})
     print("\n\nVerdicts (smoke test: no signal in these ratings):")
     for record in sorted(read_results(out), key=lambda r: int(r["id"]) if r["id"].isdigit() else 0):

@@ -354,9 +354,20 @@ def check_doubt_signals(setup: ProtocolSetup, args: argparse.Namespace, tasks: s
     for flag in ("escalate_when", "review_when"):
         for condition in parse_conditions(setup.params.get(flag) or []) if setup.params.get(flag) else []:
             if condition.signal not in found:
+                givers = _giving(condition.signal)
                 raise UsageError(f"--{flag.replace('_', '-')} {condition.text}: {protocol} on {task} items "
-                                 f"gives no {condition.signal} signal (it needs {SIGNALS[condition.signal].applies}); "
-                                 f"it gives {', '.join(sorted(found))}")
+                                 f"gives no {condition.signal} signal (it needs {SIGNALS[condition.signal].applies}"
+                                 f"{f', as {givers} give' if givers else ''}); it gives {', '.join(sorted(found))}")
+
+
+def _giving(signal: str) -> str:
+    """The built-in protocols whose panel gives ``signal`` at their defaults, on some task they judge."""
+    found = []
+    for name, spec in builtin().items():
+        params = spec.create().params if spec.signals is not None else {}
+        if spec.signals is not None and any(signal in spec.signals(params, task) for task in spec.tasks):
+            found.append(name)
+    return ", ".join(found)
 
 
 def escalation_setup(setup: ProtocolSetup, spec: ProtocolSpec, values: dict[str, Any], args: argparse.Namespace,

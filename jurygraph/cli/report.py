@@ -80,7 +80,7 @@ def diagram(manifest: dict[str, Any]) -> tuple[bytes | None, str | None]:
     args.calibrate, args.no_calibrate = None, True
     try:
         graph = build_protocol(args).graph
-    except (ValueError, KeyError, TypeError) as err:  # a run of an older or unknown protocol: no diagram
+    except (ValueError, LookupError, TypeError) as err:  # a run of an older or unknown protocol: no diagram
         print(f"jurygraph: no diagram for {manifest.get('protocol')}: {err}", file=sys.stderr)
         return None, None
     try:
