@@ -189,7 +189,7 @@ class ProtocolSpec:
     single_agent: Callable[[Params], StateGraph] | None = None
     single_agent_plan: Callable[[Params], int] | None = None
     signals: Callable[[Params, str], set[str]] | None = None
-    panel: PanelMembers = PanelMembers()
+    panel: PanelMembers = field(default_factory=PanelMembers)
     studio: Mapping[str, Callable[[], StateGraph]] = field(default_factory=dict)
     order: int = 1000
     source: str = ""  # where it came from, when not a built-in: "module:attr" or the entry point's

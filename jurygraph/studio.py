@@ -5,8 +5,9 @@
 
 The graphs are those the protocols' specs name (``ProtocolSpec.studio``, :mod:`jurygraph.graphs.spec`), each
 compiled with its paper's default settings and no checkpointer (the LangGraph server brings its own);
-``langgraph.json`` lists them (``python -m jurygraph.studio`` prints it, a test checks it). Its ``context_schema`` is :class:`~jurygraph.llm.models.JuryContext`, which the server
-builds from the run's JSON context, so model specs are plain strings::
+``langgraph.json`` lists them (``python -m jurygraph.studio`` prints it, a test checks it). Its ``context_schema``
+is :class:`~jurygraph.llm.models.JuryContext`, which the server builds from the run's JSON context, so model specs
+are plain strings::
 
     {"default": "openai:gpt-4o-mini", "models": {"Critic": "google_genai:gemini-2.0-flash"}}
     {"default": "openai:llama3@http://127.0.0.1:8000/v1"}

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from jurygraph.measuring.conformity import conformity
-from jurygraph.measuring.families import family_of, parse_rules
 from jurygraph.graphs import debate, single
 from jurygraph.graphs.debate import AFTER, BEFORE
+from jurygraph.measuring.conformity import conformity
+from jurygraph.measuring.families import family_of, parse_rules
 from jurygraph.measuring.members import member_judgments, member_names
 from jurygraph.measuring.metaeval import evaluate_records
 from jurygraph.measuring.metrics import effective_number, error_correlation

@@ -10,6 +10,7 @@ count; "single" is also an English word, so as a word of an identifier it does n
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from pathlib import Path
 
@@ -26,7 +27,7 @@ WORDS = {"single"}
 
 def _words(identifier: str) -> set[str]:
     parts = [p for p in re.split(r"[._]", identifier.lower()) if p]
-    return {*parts, *("_".join(pair) for pair in zip(parts, parts[1:], strict=False))}
+    return {*parts, *("_".join(pair) for pair in itertools.pairwise(parts))}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -73,9 +74,9 @@ def offences(path: Path) -> list[str]:
             hits = (words & (plain - WORDS)) | {n for n in names if f"create_{n}" in identifier.lower()}
             if hits:
                 found.append(f"{where}: identifier {identifier} names {', '.join(sorted(hits))}")
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            if node.value.strip().lower().replace("-", "_") in plain:
-                found.append(f"{where}: the string {node.value!r}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                and node.value.strip().lower().replace("-", "_") in plain:
+            found.append(f"{where}: the string {node.value!r}")
     return found
 
 

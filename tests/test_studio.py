@@ -79,7 +79,7 @@ def test_langgraph_json_declares_every_studio_graph_of_the_specs_and_nothing_els
     from jurygraph import studio
     from jurygraph.graphs.registry import builtin
 
-    assert CONFIG == studio.langgraph_json()  # regenerate with: python -m jurygraph.studio > langgraph.json
+    assert studio.langgraph_json() == CONFIG  # regenerate with: python -m jurygraph.studio > langgraph.json
     assert list(studio.GRAPHS) == [name for spec in builtin().values() for name in spec.studio]
     assert set(EXPECTED) <= set(CONFIG["graphs"])
     for graph_id, target in CONFIG["graphs"].items():

@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jurygraph.judging.panel import PanelMembers
 from jurygraph.judging.aggregation import aggregate
 from jurygraph.judging.items import TaskKind
 from jurygraph.judging.judgments import Judgment, map_back
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.position import SWAPPED
 
 DEFAULT_PANEL = PanelMembers()
@@ -69,7 +69,8 @@ def member_names(records: Iterable[Mapping[str, Any]], panel: PanelMembers | Non
     return list(member_views(records, panel))
 
 
-def member_views(records: Iterable[Mapping[str, Any]], panel: PanelMembers | None = None) -> dict[str, list[dict[str, Any]]]:
+def member_views(records: Iterable[Mapping[str, Any]],
+                 panel: PanelMembers | None = None) -> dict[str, list[dict[str, Any]]]:
     """Member -> the run's records with each verdict replaced by the member's judgment (missing where it gave
     none), for every member in the order they first appear (each record read once)."""
     records = list(records)

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring import metrics
 from jurygraph.measuring.conformity import ORDINAL, Moves, conformity
 from jurygraph.measuring.families import FAMILIES, Rule, family_of, model_name
-from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.members import member_judgments, member_models, member_views
 from jurygraph.measuring.metaeval import (
     MIN_UNITS_FOR_INTERVAL,
