@@ -41,6 +41,11 @@ DEFAULT = "chateval"  # what --protocol is when not given
 SINGLE_AGENT = "single"
 
 
+# modules a name loaded from a file, or from the current directory: a worker of another process may not find them
+# by name, so what they define travels by value (jurygraph.running.portable)
+BY_VALUE: set[str] = set()
+
+
 class UnknownProtocol(LookupError):
     """No protocol by that name (the message says which names there are and how to give your own)."""
 
@@ -118,8 +123,9 @@ def _import(module_name: str) -> ModuleType:
         if loader_spec is None or loader_spec.loader is None or not path.is_file():
             raise ImportError(f"no Python file {module_name}")
         module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[loader_spec.name] = module  # a pickled graph (a Ray worker) finds its functions again
+        sys.modules[loader_spec.name] = module
         loader_spec.loader.exec_module(module)
+        BY_VALUE.add(loader_spec.name)
         return module
     try:
         return importlib.import_module(module_name)
@@ -128,7 +134,9 @@ def _import(module_name: str) -> ModuleType:
         if err.name != module_name.partition(".")[0] or os.getcwd() in sys.path:
             raise
         sys.path.append(os.getcwd())
-        return importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
+        BY_VALUE.add(module_name)
+        return module
 
 
 def spec_of(obj: Any, name: str, source: str = "") -> ProtocolSpec:
