@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import re
 import sys
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint, entry_points
@@ -102,6 +103,12 @@ def resolve_name(name: str) -> str:
     if sep and module.endswith(".py"):
         return f"{Path(module).resolve()}:{attr}"
     return name
+
+
+def short_name(name: str) -> str:
+    """A protocol's name as a file name: a built-in's or an entry point's itself, ``MODULE:FACTORY``'s factory
+    (``runs/create_mixed-faireval``, ``create_mixed.png``)."""
+    return re.sub(r"[^\w.-]+", "_", name.rpartition(":")[2] or name).strip("_") or "protocol"
 
 
 def _loaded(name: str, target: str, source: str) -> ProtocolSpec:

@@ -104,3 +104,23 @@ def test_notebook_02s_strategy_runs_through_jurygraph_eval(openai_server, tmp_pa
     assert [r["verdict"]["label"] for r in read_results(before)] == ["1", "1"]
     assert [r["verdict"]["label"] for r in read_results(after)] == ["2", "2"]
     sys.modules.pop("my_strategies", None)
+
+
+def test_a_run_made_from_python_says_how_to_resume_it(openai_server, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``run(graph, items, out_dir=...)`` keeps no command line to rebuild its graph from: ``eval --resume`` says so
+    (and how to make a run it can resume) instead of asking for --dataset."""
+    from jurygraph import JuryContext, ModelSpec, load_dataset, run
+
+    server = openai_server(persuadable)
+    path = strategies_file(tmp_path / "mine")
+    from jurygraph.graphs.registry import find
+
+    graph = find(f"{path}:create_mixed").create().graph
+    out = tmp_path / "python-run"
+    run(graph, load_dataset("faireval").items[:1], out_dir=out, progress=False,
+        context=JuryContext(default=ModelSpec.parse(f"openai:judge@{server.base_url}")))
+    capsys.readouterr()
+    assert main(["eval", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the run was not made by `jurygraph eval`" in err and "--protocol MODULE:FACTORY" in err

@@ -63,3 +63,15 @@ def test_no_calibrate_keeps_one_order_and_a_score_file_gets_none(openai_server, 
     assert main(["eval", "--protocol", "chateval", *copy, "--no-calibrate", "--model", "judge", "--base-url",
                  server.base_url, "--out", str(out), "--quiet"]) == 0
     assert "calibrate" not in json.loads((out / "manifest.json").read_text(encoding="utf-8"))["parameters"]
+
+
+def test_a_bench_method_decides_them_on_its_data_too(openai_server, tmp_path: Path) -> None:
+    server = openai_server(respond)
+    out = tmp_path / "bench"
+    method = f"--protocol chateval --turns 1 --model judge --base-url {server.base_url}"
+    assert main(["bench", "--dataset", "faireval", "--limit", "2", "--method", f"paper={method}",
+                 "--method", f"one={method} --no-calibrate", "--resamples", "0", "--no-plots", "--out", str(out),
+                 "--quiet"]) == 0
+    paper = json.loads((out / "runs" / "paper" / "faireval" / "manifest.json").read_text(encoding="utf-8"))
+    one = json.loads((out / "runs" / "one" / "faireval" / "manifest.json").read_text(encoding="utf-8"))
+    assert paper["parameters"]["calibrate"] == "bpc" and "calibrate" not in one["parameters"]

@@ -137,7 +137,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             except (argparse.ArgumentError, SystemExit) as err:
                 raise ValueError(f"--method {name}: cannot read {text!r} ({err})") from None
             # the data is loaded: its task kinds decide the protocol's defaults (both orders on pairwise data)
-            setup = build_protocol(options, {task for dataset in datasets.values() for task in dataset.tasks})
+            try:
+                setup = build_protocol(options, {task for dataset in datasets.values() for task in dataset.tasks})
+            except ValueError as err:  # an unknown protocol, an option out of range: which method says it
+                raise type(err)(f"--method {name}: {err}") from None
             planned.append((name, text, setup, context_from_args(options, setup)))
 
         async def run_all() -> list[tuple[str, list[dict[str, Any]]]]:

@@ -22,11 +22,12 @@ from jurygraph.cli.protocols import (
     build_protocol,
     check_doubt_signals,
     check_options,
+    check_ranges,
     check_task,
     option_values,
     protocol_spec,
 )
-from jurygraph.graphs.registry import resolve_name
+from jurygraph.graphs.registry import resolve_name, short_name
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
 from jurygraph.llm.redact import MASK, redact_url
@@ -175,6 +176,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not args.dataset:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
     validate_numbers(args)
+    check_ranges(args)
     cluster = _ray_options(args)
     args.protocol = resolve_name(args.protocol)  # a protocol file's path, absolute: a resume may run elsewhere
     check_options(args.protocol, explicit_dests(args.argv))
@@ -219,7 +221,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (LocalModelUnusable, ModuleNotFoundError) as err:
             raise UsageError(str(err)) from None  # before any item starts: none would run
     check_models(context)
-    out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
+    out = Path(args.out or f"runs/{short_name(args.protocol)}-{Path(str(args.dataset)).stem}")
     invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),
                   "execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
     manifest = {

@@ -212,7 +212,7 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
     panels: list[Panel] = []
     warnings: list[FamilyWarning] = []
     names, records = [n for n, _ in named], [r for _, r in named]
-    readings = panels_of(manifests)
+    readings = panels_of(manifests, records)
     by_run = member_position(names, records, manifests, readings)
     for k, ((name, run), method) in enumerate(zip(named, methods, strict=True)):
         found = panel_diagnostics(name, run, method, statistic=args.compare_stat, level=args.level,
@@ -228,22 +228,24 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
     return panels, warnings
 
 
-def panels_of(manifests: Sequence[dict[str, Any] | None]) -> list[PanelMembers | None]:
+def panels_of(manifests: Sequence[dict[str, Any] | None],
+              records: Sequence[Sequence[dict[str, Any]]] | None = None) -> list[PanelMembers | None]:
     """Each run's protocol's reading of its panel members (its spec's, :mod:`jurygraph.graphs.spec`); None for a
-    run that names no protocol, or whose protocol cannot be found here (then every agent with a judgment is a
-    member, and a warning says so)."""
+    run that names no protocol, or whose protocol cannot be found here: then every agent with a judgment is a
+    member, and a warning says so when the run's ``records`` have judgments to read."""
     if not any((manifest or {}).get("protocol") for manifest in manifests):
         return [None] * len(manifests)
     from jurygraph.graphs.registry import UnknownProtocol, find  # the protocols' graphs: only when a run names one
 
     found: list[PanelMembers | None] = []
-    for manifest in manifests:
+    for k, manifest in enumerate(manifests):
         name = (manifest or {}).get("protocol")
         try:
             found.append(find(str(name)).panel if name else None)
         except (UnknownProtocol, ValueError) as err:
-            print(f"jurygraph: warning: {err}: its panel's members are read as every agent with a judgment",
-                  file=sys.stderr)
+            if records is None or any(record.get("judgments") for record in records[k]):
+                print(f"jurygraph: warning: {err}: its panel's members are read as every agent with a judgment",
+                      file=sys.stderr)
             found.append(None)
     return found
 

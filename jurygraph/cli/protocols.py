@@ -171,6 +171,15 @@ def option_values(spec: ProtocolSpec, args: argparse.Namespace) -> dict[str, Any
     return values
 
 
+def check_ranges(args: argparse.Namespace) -> None:
+    """Every protocol flag's value in its option's range (UsageError naming the flag), whichever protocol reads it."""
+    for option in flag_options():
+        try:
+            option.check(getattr(args, option.name, None))
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+
+
 def check_options(protocol: str, given: set[str]) -> None:
     """A protocol option given on the command line that the chosen protocol does not read is a mistake (a
     typo'd protocol, an option meant for another): say which protocols read it rather than ignore it."""

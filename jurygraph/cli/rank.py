@@ -57,7 +57,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
     human = bradley_terry(labelled, human=True, resamples=args.resamples, confidence=args.confidence,
                           seed=args.seed) if labelled else None
     ratings = elo(found.battles, k=args.elo_k) if args.elo else None
-    for (name, records), named_systems, panel in zip(named, systems, panels_of(manifests), strict=True):
+    panels = panels_of(manifests, [records for _, records in named])
+    for (name, records), named_systems, panel in zip(named, systems, panels, strict=True):
         for warning in same_family(name, records, named_systems, rules, panel):
             print(f"jurygraph: warning: {name}: judge {warning.member} ({warning.model}) is of the family of "
                   f"{warning.system} ({warning.family}), which it ranks", file=sys.stderr)
