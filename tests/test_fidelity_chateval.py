@@ -245,3 +245,47 @@ def test_n_for_a_single_reply_agent_is_an_error_not_ignored(openai_server) -> No
     with pytest.raises(ValueError, match="single-reply"):
         judge(create_single_agent(), server, gen={"referee": {"n": 3}})
     assert server.requests == []
+
+
+class ByAnswer(Script):
+    """FINAL_SCORES given to the ANSWERS, not to the positions: each referee scores the first FairEval item's
+    response_1 and response_2 the same in both orders (General Public 8-7, Critic 6-9)."""
+
+    def __init__(self, item: EvalItem) -> None:
+        super().__init__()
+        self.item = item
+
+    def __call__(self, request: dict[str, Any], index: int) -> str:
+        prompt = prompt_of(request)
+        if "The score of Assistant 2: [score only]" not in prompt:
+            return super().__call__(request, index)
+        name = speaker_of(prompt)
+        s1, s2 = FINAL_SCORES[name]
+        if prompt.index(self.item.response_2 or "") < prompt.index(self.item.response_1 or ""):
+            s1, s2 = s2, s1  # the swapped order: response_2 is Assistant 1
+        return f"Evaluation evidence: {name} weighed both.\nThe score of Assistant 1: {s1}\nThe score of Assistant 2: {s2}"
+
+
+@pytest.mark.parametrize("protocol, option", [("chateval", ["--aggregate", "majority"]),
+                                              ("ensemble", ["--ensemble-method", "majority"])])
+def test_a_majority_vote_from_the_command_line_takes_effect_under_position_calibration(
+        openai_server, tmp_path: Path, protocol: str, option: list[str]) -> None:
+    """Issue 29, fidelity item 1: the default BPC averaged each order's scores and ignored the vote, so 8-7 / 6-9
+    gave "2" with ``aggregate: majority`` in the manifest. Now the four votes (two referees, two orders) are pooled:
+    two for each answer, a tie."""
+    first = load_faireval().items[0]
+    server = openai_server(ByAnswer(first))
+    out = tmp_path / protocol
+    assert main(["eval", "--protocol", protocol, "--dataset", "faireval", "--limit", "1", "--model", "judge",
+                 "--base-url", server.base_url, "--out", str(out), "--quiet", *option]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["calibrate"] == "bpc"
+    assert manifest["parameters"]["aggregate" if protocol == "chateval" else "method"] == "majority"
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    verdict = record["verdict"]
+    assert verdict["method"] == "balanced position calibration: pooled votes"
+    assert (verdict["label"], verdict["votes"]) == ("tie", {"1": 2, "2": 2})
+    assert {run: entry["votes"] for run, entry in verdict["detail"]["runs"].items()} == {
+        "original_order": {"1": 1, "2": 1}, "swapped_order": {"1": 1, "2": 1}}
+    # the means still say "2": the default (average) gives it, and the vote no longer does
+    assert (verdict["score_1"], verdict["score_2"]) == (7.0, 8.0)
