@@ -17,7 +17,8 @@ start with a number is read from its "<Aspect>:"/"Rating:" line; one that has ne
 prompt's scale, is a missing judgment (G-Eval's script counts it as 0).
 
 Generation parameters: G-Eval samples at temperature 1, top_p 1 (the paper, §3.1: "n = 20, temperature = 1,
-top_p = 1"); Analyze-Rate also with max_tokens 256 (as ReFeR, Appendix C, reports following Analyze-Rate).
+top_p = 1") with max_tokens 5, as its released ``gpt4_eval.py`` sends (the paper gives none; ``max_tokens=None``
+lifts it); Analyze-Rate with max_tokens 256 (as ReFeR, Appendix C, reports following Analyze-Rate).
 
 Analyze-Rate (Chiang & Lee 2023) is the same evaluator with the form asking for an analysis first.
 """
@@ -53,8 +54,10 @@ RELEASED_SCALES: dict[str, Scale] = {"geval/summeval_coherence": Scale(low=1, hi
                                      "geval/summeval_consistency": Scale(low=1, high=5),
                                      "geval/summeval_fluency": Scale(low=1, high=3),
                                      "geval/summeval_relevance": Scale(low=1, high=5)}
-# sampling parameters of the two papers (see the module docstring)
-SAMPLE_PARAMS: dict[str, dict[str, Any]] = {"geval": {"top_p": 1}, "analyze-rate": {"top_p": 1, "max_tokens": 256}}
+# sampling parameters of the two papers (see the module docstring); max_tokens is each factory's parameter
+SAMPLE_PARAMS: dict[str, dict[str, Any]] = {"geval": {"top_p": 1}, "analyze-rate": {"top_p": 1}}
+# max_tokens by default: G-Eval's released gpt4_eval.py sends 5 (its paper gives none); Analyze-Rate 256
+MAX_TOKENS: dict[str, int] = {"geval": 5, "analyze-rate": 256}
 # the log-probability request reads the distribution at the score position of the most likely reply: the
 # papers give no setting for it (a project choice, see docs)
 LOGPROB_PARAMS: dict[str, Any] = {"temperature": 0}
@@ -243,12 +246,15 @@ def make_form_filling_node(
     template: str | None = None,
     role: str = "evaluator",
     fluency_scale: int = 3,
+    max_tokens: int | None | Literal["style"] = "style",
 ) -> RunnableLambda:
     """A node where one evaluator fills the form and the verdict is the expected score.
 
     The model comes from the runtime context by ``agent`` name, else ``role``. Judgments: with samples,
     one per sample under ``"<agent> #<i>"``; with log-probabilities, the one reply under ``agent``.
     ``fluency_scale``: 3 = G-Eval's released SummEval fluency prompt (1-3), 5 = the project's 1-5 variant.
+    ``max_tokens``: the reply's length limit on every request (None: not sent, the provider's default;
+    ``"style"``: the style's, :data:`MAX_TOKENS`).
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
@@ -257,6 +263,7 @@ def make_form_filling_node(
     if fluency_scale not in FLUENCY_SCALES:
         raise ValueError(f"fluency_scale must be 3 (G-Eval's released prompt) or 5, not {fluency_scale}")
     frame = FormFillingTemplate(style, template, fluency_scale)
+    limit = MAX_TOKENS.get(str(style)) if max_tokens == "style" else max_tokens
 
     def body(state: dict[str, Any]):
         item = as_item(state["item"])
@@ -269,7 +276,7 @@ def make_form_filling_node(
                 # form=None: the reply is read from its text below; structured output would replace G-Eval's
                 # "scores ONLY" form with a JSON schema (and its tokens would no longer be the form's)
                 reply = yield ModelRequest(agent=agent, role=role, messages=messages, want_logprobs=True,
-                                           params=dict(LOGPROB_PARAMS))
+                                           params={**LOGPROB_PARAMS, "max_tokens": limit})
                 content = (reply.message.response_metadata.get("logprobs") or {}).get("content")
                 if content:
                     try:
@@ -284,7 +291,8 @@ def make_form_filling_node(
                     fallback = "the reply carried no log-probabilities"
         # samples are read as text and never re-asked: an unreadable sample is a missing judgment
         reply = yield ModelRequest(agent=agent, role=role, messages=messages, n=n,
-                                   params={"temperature": temperature, **SAMPLE_PARAMS[str(style)]})
+                                   params={"temperature": temperature, **SAMPLE_PARAMS[str(style)],
+                                           "max_tokens": limit})
         named = [read_reply(form, str(style), f"{agent} #{i}", sample.text)
                  for i, sample in enumerate(reply.samples, 1)]
         verdict = aggregate(named, TaskKind.SCORE)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from jurygraph import JuryContext, create_analyze_rate, create_geval, verdict_of
+from jurygraph.cli import main
 from jurygraph.running.datasets import load_dataset
 
 FIXTURES = Path(__file__).parent / "data" / "fidelity"
@@ -58,7 +59,26 @@ def test_geval_default_sends_the_released_prompt_with_the_paper_s_sampling(opena
     params = SETTINGS["params"]
     assert (request["n"], request["temperature"], request["top_p"]) == (params["n"], params["temperature"],
                                                                         params["top_p"])
-    assert "max_completion_tokens" not in request and "max_tokens" not in request and not request.get("logprobs")
+    # the paper gives no max_tokens; the released gpt4_eval.py sends 5 (issue 29, fidelity item 3)
+    assert request["max_completion_tokens"] == params["max_tokens"] == SETTINGS["released_code"]["max_tokens"]
+    assert "max_tokens" not in request and not request.get("logprobs")
+
+
+def test_geval_max_tokens_is_lifted_by_the_factory_or_by_gen(openai_server, tmp_path: Path) -> None:
+    item = load_dataset("summeval", aspect="coherence").items[0]
+    server = openai_server(lambda request, i: "3")
+    create_geval(max_tokens=None).compile().invoke({"item": item}, context=context(server.base_url))
+    assert "max_completion_tokens" not in only_request(server)
+    # on the command line: --gen, recorded in the manifest's gen and generation
+    cli = openai_server(lambda request, i: "3")
+    out = tmp_path / "run"
+    assert main(["eval", "--protocol", "geval", "--dataset", "summeval", "--aspect", "coherence", "--limit", "1",
+                 "--model", "gpt-4-0613", "--base-url", cli.base_url, "--out", str(out), "--quiet",
+                 "--gen", "G-Eval.max_tokens=none"]) == 0
+    assert "max_completion_tokens" not in only_request(cli)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["gen"] == {"G-Eval": {"max_tokens": None}}
+    assert manifest["generation"]["G-Eval"]["max_tokens"] is None
 
 
 # samples G-Eval's own script reads; ours must give the same mean
