@@ -36,7 +36,7 @@ from jurygraph.judging.items import TaskKind
 from jurygraph.llm.models import ModelSpec
 from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES
 from jurygraph.nodes.discussion import SUMMARY_MODES
-from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES
+from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, OFF_SCALE
 from jurygraph.nodes.refer import FEEDBACK_MODES
 
 
@@ -150,6 +150,9 @@ OPTIONS: list[Option] = [
     option("--fluency-scale", type=int, choices=FLUENCY_SCALES, default=3,
            help="G-Eval/Analyze-Rate on SummEval fluency: 3 = G-Eval's released 1-3 prompt (default), 5 = the "
                 "project's 1-5 variant"),
+    option("--off-scale", choices=OFF_SCALE, default="keep",
+           help="G-Eval/Analyze-Rate: a sample's score off the prompt's scale is kept, as the released meta-evaluation "
+                "scripts keep it (default), or dropped as a missing judgment"),
     option("--calibrate", choices=MODES, default=None,
            help="pairwise tasks: FairEval's balanced position calibration (bpc), multiple evidence calibration "
                 "(mec) or both, around the chosen protocol"),
@@ -295,10 +298,12 @@ def _form_filling(factory: Callable[..., StateGraph]) -> Callable[[argparse.Name
     def build(args: argparse.Namespace) -> ProtocolSetup:
         n = args.samples or 20
         graph = factory(estimator=args.estimator, n=n, temperature=args.sample_temperature,
-                        fluency_scale=args.fluency_scale)
-        return ProtocolSetup(graph, {}, {"samples": n, "estimator": args.estimator,
-                                         "temperature": args.sample_temperature,
-                                         "fluency_scale": args.fluency_scale})
+                        fluency_scale=args.fluency_scale, off_scale=args.off_scale)
+        params = {"samples": n, "estimator": args.estimator, "temperature": args.sample_temperature,
+                  "fluency_scale": args.fluency_scale}
+        if args.off_scale != "keep":  # recorded when chosen, so a default run's manifest is unchanged
+            params["off_scale"] = args.off_scale
+        return ProtocolSetup(graph, {}, params)
 
     return build
 
@@ -318,7 +323,7 @@ def _faireval_baseline(setup: ProtocolSetup, mode: str, args: argparse.Namespace
 # the options of every pairwise protocol: FairEval's calibrations around it
 _CALIBRATION = ("calibrate", "mec_k", "mec_temperature")
 _PANEL = ("agents", "personas", "no_calibrate")
-_FORM_FILLING = ("samples", "estimator", "sample_temperature", "fluency_scale")
+_FORM_FILLING = ("samples", "estimator", "sample_temperature", "fluency_scale", "off_scale")
 
 PROTOCOLS: dict[str, Protocol] = {
     "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True, requests=_chateval_plan,
