@@ -37,7 +37,7 @@ from jurygraph.llm.models import ModelSpec
 from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES
 from jurygraph.nodes.discussion import SUMMARY_MODES
 from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, OFF_SCALE
-from jurygraph.nodes.refer import FEEDBACK_MODES
+from jurygraph.nodes.refer import FEEDBACK_MODES, MISSING_PEERS
 
 
 @dataclass
@@ -129,11 +129,14 @@ OPTIONS: list[Option] = [
     option("--samples", type=int, default=None,
            help="number of samples n (ReFeR-Turbo's area chair: default 20; G-Eval/Analyze-Rate: default 20)"),
     option("--lite-from-turbo", action="store_true",
-           help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (the released scripts) instead of "
-                "its own n = 1 request (the paper)"),
+           help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (jurygraph's option: a Turbo and a Lite "
+                "run share one cached request) instead of its own n = 1 request (the paper)"),
     option("--peer-discussion", type=int, default=0, metavar="R",
            help="ReFeR (jurygraph's own, not the paper): the peers discuss R rounds one-by-one after their reviews, "
                 "before the area chair reads their final reviews (default 0: no discussion)"),
+    option("--missing-peers", choices=MISSING_PEERS, default="blank",
+           help="ReFeR: a peer whose judgment is missing is a blank evaluation in the area chair's prompt, the count "
+                "of models kept, as the released scripts (default), or omitted (the prompt names one model fewer)"),
     option("--feedback", choices=FEEDBACK_MODES, default="score",
            help="ReFeR: what peers pass to the area chair (default: score, the paper's best)"),
     option("--refer-template", default=None,
@@ -268,7 +271,7 @@ def _refer(args: argparse.Namespace) -> ProtocolSetup:
         "peers": len(specs) or 3, "variant": args.variant,
         "samples": None if args.variant == "lite" and args.samples in (None, 1) else args.samples,
         "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
-        "lite_from_turbo": args.lite_from_turbo}
+        "lite_from_turbo": args.lite_from_turbo, "missing_peers": args.missing_peers}
     rounds = args.peer_discussion or 0
     graph = create_refer_discussion(rounds=rounds, **options) if rounds else create_refer(**options)
     models: dict[str, Any] = {f"peer_{i}": ModelSpec.parse(spec, base_url=base_url)
@@ -281,6 +284,8 @@ def _refer(args: argparse.Namespace) -> ProtocolSetup:
               "lite_from_turbo": args.lite_from_turbo}
     if rounds:
         params["peer_discussion"] = rounds
+    if args.missing_peers != "blank":  # recorded when chosen, so a default run's manifest is unchanged
+        params["missing_peers"] = args.missing_peers
     return ProtocolSetup(graph, models, params, every_agent_has_a_model=bool(specs and args.area_chair))
 
 
@@ -335,7 +340,8 @@ PROTOCOLS: dict[str, Protocol] = {
                        options=("critic", "max_iterations", "tie_breaker", "no_issue_rule", "commander_llm",
                                 *_CALIBRATION)),
     "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan,
-                      options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "feedback",
+                      options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "missing_peers",
+                               "feedback",
                                "refer_template", "prompt_file", "peer_discussion", *_CALIBRATION),
                       single_agent=lambda args: create_refer_peer(template=args.refer_template,
                                                                   prompt_file=args.prompt_file)),
