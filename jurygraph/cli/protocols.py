@@ -34,7 +34,7 @@ from jurygraph.judging.benchmarks import task_of
 from jurygraph.judging.doubt import SIGNALS, parse_conditions
 from jurygraph.judging.items import TaskKind
 from jurygraph.llm.models import ModelSpec
-from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES
+from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES, SUMMEVAL_TEMPLATES
 from jurygraph.nodes.discussion import SUMMARY_MODES
 from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, OFF_SCALE
 from jurygraph.nodes.refer import FEEDBACK_MODES, MISSING_PEERS
@@ -119,6 +119,9 @@ OPTIONS: list[Option] = [
            help="DEBATE (and chateval --devil): when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the "
                 "reply (Algorithm 1, "
                 "default); strict = the token alone on a line or opening the reply"),
+    option("--summeval-templates", choices=SUMMEVAL_TEMPLATES, default="geval",
+           help="DEBATE on SummEval consistency/fluency/relevance: geval = G-Eval's released prompts, which the paper "
+                "says its templates follow (default; fluency 1-3), or jurygraph = the project's own (1-5)"),
     option("--commander-llm", action="store_true",
            help="DEBATE: the Commander's model words its request to the Scorer (one more call)"),
     option("--peers", default=None, metavar="SPEC,SPEC,...",
@@ -261,6 +264,8 @@ def _chateval(args: argparse.Namespace) -> ProtocolSetup:
 def _debate(args: argparse.Namespace) -> ProtocolSetup:
     params = {"critic": args.critic, "max_iterations": args.max_iterations, "tie_breaker": args.tie_breaker,
               "commander_llm": args.commander_llm, "no_issue_rule": args.no_issue_rule}
+    if args.summeval_templates != "geval":  # recorded when chosen, so a default run's manifest is unchanged
+        params["summeval_templates"] = args.summeval_templates
     return ProtocolSetup(create_debate(**params), {}, params)
 
 
@@ -338,7 +343,7 @@ PROTOCOLS: dict[str, Protocol] = {
     "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate,
                        requests=_debate_plan, bounds=_debate_bounds,
                        options=("critic", "max_iterations", "tie_breaker", "no_issue_rule", "commander_llm",
-                                *_CALIBRATION)),
+                                "summeval_templates", *_CALIBRATION)),
     "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan,
                       options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "missing_peers",
                                "feedback",
