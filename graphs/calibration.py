@@ -46,7 +46,7 @@ from langgraph.graph.state import CompiledStateGraph
 from jurygraph.graphs.wiring import GraphLike, compile_inner
 from jurygraph.judging.aggregation import aggregate, majority_label
 from jurygraph.judging.items import TaskKind, as_item
-from jurygraph.judging.judgments import Judgment, Verdict, map_back, pairwise_label
+from jurygraph.judging.judgments import Judgment, PairwiseLabel, Verdict, map_back, pairwise_label
 from jurygraph.judging.state import JuryState, merge_dicts
 from jurygraph.llm.calls import current_context
 from jurygraph.llm.models import JuryContext
@@ -131,14 +131,16 @@ def _combine_node(runs: list[Run], mode: str) -> RunnableLambda:
         mapped = {run.name: (stored.get(run.name) or {}).get("verdict_in_original_order") or {} for run in runs}
         readable = [v for v in mapped.values() if v and not v.get("missing")]
         voted = bool(readable) and all(v.get("votes") is not None for v in readable)
-        verdict = _pooled_votes(runs, mapped) if voted else _mean_scores(runs, mapped)
+        tied = [name for name, v in mapped.items() if (v.get("detail") or {}).get("unreadable_tie")]
+        verdict = _unreadable_tie(runs, mapped, tied) if tied else \
+            _pooled_votes(runs, mapped) if voted else _mean_scores(runs, mapped)
         per_run: dict[str, dict[str, Any]] = verdict.detail["runs"]
         for run in runs:  # early stop and the devil's advocate: each order's rounds (issue 14)
             own = ((stored.get(run.name) or {}).get("verdict") or {}).get("detail") or {}
             per_run[run.name].update({key: own[key] for key in ROUND_KEYS if key in own})
         method = {"bpc": "balanced position calibration", "mec": "multiple evidence calibration",
                   "bpc+mec": "balanced position + multiple evidence calibration"}[mode]
-        rule = "pooled votes" if voted else "mean scores"
+        rule = "unreadable judgment: tie (released code)" if tied else "pooled votes" if voted else "mean scores"
         verdict = verdict.model_copy(update={
             "method": f"{method}: {rule}" if not verdict.missing else "none",
             "n_judgments": sum(int(v.get("n_judgments", 0)) for v in mapped.values()),
@@ -168,6 +170,17 @@ def _mean_scores(runs: list[Run], mapped: dict[str, dict[str, Any]]) -> Verdict:
     return combined.model_copy(update={"detail": {"runs": per_run, "runs_missing": combined.n_missing}})
 
 
+def _unreadable_tie(runs: list[Run], mapped: dict[str, dict[str, Any]], tied: list[str]) -> Verdict:
+    """ChatEval's released scoring with an unreadable judgment in any order (``unreadable="code"``): the script
+    reads both orders in one ``try``, so the whole item is a tie."""
+    per_run = {run.name: {"label": mapped[run.name].get("label"),
+                          "unreadable_tie": (mapped[run.name].get("detail") or {}).get("unreadable_tie")}
+               for run in runs}
+    missing = sum(1 for v in mapped.values() if not v or v.get("missing"))
+    return Verdict(kind=TaskKind.PAIRWISE, method="unreadable judgment: tie", label="tie",
+                   detail={"runs": per_run, "runs_missing": missing, "unreadable_tie": tied})
+
+
 def _pooled_votes(runs: list[Run], mapped: dict[str, dict[str, Any]]) -> Verdict:
     """ChatEval's majority vote under position calibration: every judge of every run (each answer order, each
     evidence sample) casts one vote, read in the original order, and the most frequent label wins; equal top
@@ -193,7 +206,8 @@ def _pooled_votes(runs: list[Run], mapped: dict[str, dict[str, Any]]) -> Verdict
             per_run[run.name].update(score_1=verdict["score_1"], score_2=verdict["score_2"])
     winner, _ = majority_label(label for label, count in pooled.items() for _ in range(count))
     all_scored = len(scores) == len(runs) - missing
-    return Verdict(kind=TaskKind.PAIRWISE, method="majority", label=winner if winner in ("1", "2") else "tie",
+    label: PairwiseLabel = "1" if winner == "1" else "2" if winner == "2" else "tie"
+    return Verdict(kind=TaskKind.PAIRWISE, method="majority", label=label,
                    score_1=fmean(s for s, _ in scores) if all_scored and scores else None,
                    score_2=fmean(s for _, s in scores) if all_scored and scores else None,
                    votes=dict(pooled), detail={"runs": per_run, "runs_missing": missing})

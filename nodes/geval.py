@@ -253,7 +253,7 @@ def make_form_filling_node(
     template: str | None = None,
     role: str = "evaluator",
     fluency_scale: int = 3,
-    max_tokens: int | None | Literal["style"] = "style",
+    max_tokens: int | Literal["style"] | None = "style",
     off_scale: OffScale | str = "keep",
 ) -> RunnableLambda:
     """A node where one evaluator fills the form and the verdict is the expected score.

@@ -420,6 +420,6 @@ def _final_judgment(name: str, item: EvalItem, verdict: Verdict, samples: Sequen
                     answer=verdict.answer, evidence=comment_of(samples[chosen].raw))
 
 
-__all__ = ["AREA_CHAIR_MAX_TOKENS", "FEEDBACK_MODES", "MISSING_PEERS", "PEER_PARAMS", "Peer", "ReferTemplate", "area_chair_params",
-           "area_chair_verdict", "comment_of", "feedback_of", "human_message", "item_slots", "make_area_chair_node",
-           "make_peer_node", "peer_block", "setting_of", "template_for"]
+__all__ = ["AREA_CHAIR_MAX_TOKENS", "FEEDBACK_MODES", "MISSING_PEERS", "PEER_PARAMS", "Peer", "ReferTemplate",
+           "area_chair_params", "area_chair_verdict", "comment_of", "feedback_of", "human_message", "item_slots",
+           "make_area_chair_node", "make_peer_node", "peer_block", "setting_of", "template_for"]

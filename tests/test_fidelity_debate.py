@@ -94,7 +94,8 @@ def test_summeval_templates_are_g_eval_s_released_prompts(openai_server, aspect:
 
     server = openai_server(reply)
     item = load_dataset("summeval", aspect=aspect).items[0]
-    out = create_debate().compile().invoke({"item": item}, context=JuryContext(default=f"openai:gpt-4@{server.base_url}"))
+    context = JuryContext(default=f"openai:gpt-4@{server.base_url}")
+    out = create_debate().compile().invoke({"item": item}, context=context)
     scorer = server.requests[0]
     task = released_geval_prompt(aspect, item.source or "", item.response or "").rstrip()
     # the released text, verbatim, then the Commander's zero-shot CoT request and the answer form (the project's)

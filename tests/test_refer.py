@@ -296,4 +296,5 @@ def test_a_peer_whose_model_raises_is_missing_with_the_reason() -> None:
     out = create_refer(variant="lite").compile().invoke(
         {"item": tc_item()}, context=JuryContext(models={**models, "area_chair": ac}))
     assert judgments_of(out)["peer_3"].reason == "peer model failed: RuntimeError: p3: scripted failure"
-    assert "Second Assistant’s Evaluation: 2\n\nThird Assistant’s Evaluation:  \n\nEvaluation Form" in ac.calls[0].prompt
+    blank = "Second Assistant’s Evaluation: 2\n\nThird Assistant’s Evaluation:  \n\nEvaluation Form"
+    assert blank in ac.calls[0].prompt

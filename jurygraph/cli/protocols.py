@@ -29,7 +29,7 @@ from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import AREA_CHAIR, VARIANTS, create_refer, create_refer_peer, variant_samples
 from jurygraph.graphs.single import create_single_agent
-from jurygraph.judging.aggregation import AGGREGATE_METHODS
+from jurygraph.judging.aggregation import AGGREGATE_METHODS, CODE_ATTEMPTS, UNREADABLE_RULES
 from jurygraph.judging.benchmarks import task_of
 from jurygraph.judging.doubt import SIGNALS, parse_conditions
 from jurygraph.judging.items import TaskKind
@@ -96,6 +96,10 @@ OPTIONS: list[Option] = [
     option("--aggregate", choices=AGGREGATE_METHODS, default="average",
            help="ChatEval pairwise verdict: compare each assistant's average score over the referees (default, "
                 "the paper) or a majority vote of their labels"),
+    option("--unreadable", choices=UNREADABLE_RULES, default="missing",
+           help="ChatEval: a final reply that cannot be read is re-asked once with the format reminder, then a missing "
+                "judgment left out of the verdict (default, jurygraph's rule); code = as the released code, the same "
+                "prompt up to 3 times, then a pairwise item with an unreadable judgment is a tie"),
     option("--stop-when", choices=STOP_WHEN, default=None,
            help="ChatEval (jurygraph's own, not the paper): consensus = judge every round and stop as soon as the "
                 "referees agree (pairwise: the same winner; scores: within --consensus-tolerance)"),
@@ -203,9 +207,11 @@ def _chateval_plan(params: dict[str, Any]) -> int:
     referees, turns = _panel_size(params), int(params.get("turns") or 2)
     summaries = turns - 1 if params.get("strategy") == "summarizer" else 0
     devils = turns - 1 if params.get("devil") else 0
-    # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil
+    # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil; with the
+    # released code's rule it may be sent twice more instead
     judged_turns = turns if params.get("stop_when") or params.get("devil") else 1
-    return referees * turns + summaries + devils + referees * judged_turns
+    again = CODE_ATTEMPTS - 1 if params.get("unreadable") == "code" else 1
+    return referees * turns + summaries + devils + referees * judged_turns * again
 
 
 def _debate_plan(params: dict[str, Any]) -> int:
@@ -244,7 +250,7 @@ def _chateval(args: argparse.Namespace) -> ProtocolSetup:
     options: dict[str, Any] = {"referees": args.agents, "personas": args.personas, "turns": args.turns,
                                "strategy": args.strategy, "summary_mode": args.summary_mode,
                                "aggregate": args.aggregate, "stop_when": args.stop_when,
-                               "consensus_tolerance": args.consensus_tolerance}
+                               "consensus_tolerance": args.consensus_tolerance, "unreadable": args.unreadable}
     if args.devil:
         graph = create_chateval_devil(critic=args.critic, no_issue_rule=args.no_issue_rule, **options)
     else:
@@ -258,6 +264,8 @@ def _chateval(args: argparse.Namespace) -> ProtocolSetup:
         params.update(stop_when=args.stop_when, consensus_tolerance=args.consensus_tolerance)
     if args.devil:
         params.update(devil=True, critic=args.critic, no_issue_rule=args.no_issue_rule)
+    if args.unreadable != "missing":
+        params["unreadable"] = args.unreadable
     return ProtocolSetup(graph, {}, params)
 
 
@@ -338,7 +346,7 @@ _FORM_FILLING = ("samples", "estimator", "sample_temperature", "fluency_scale", 
 PROTOCOLS: dict[str, Protocol] = {
     "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True, requests=_chateval_plan,
                          bounds=_chateval_bounds,
-                         options=(*_PANEL, "strategy", "turns", "summary_mode", "aggregate", "stop_when",
+                         options=(*_PANEL, "strategy", "turns", "summary_mode", "aggregate", "unreadable", "stop_when",
                                   "consensus_tolerance", "devil", "critic", "no_issue_rule", *_CALIBRATION)),
     "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate,
                        requests=_debate_plan, bounds=_debate_bounds,
