@@ -154,8 +154,11 @@ def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Seq
                 reply = yield replace(request, reasks=0, sample_index=attempt)
                 if reply.judgment is not None and not reply.judgment.missing:
                     break
-            said = reply.message if reply.judgment is not None and not reply.judgment.missing else \
-                reply.message.model_copy(update={"content": ""})
+            if reply.judgment is not None and reply.judgment.missing:  # none could be read: as the code, nothing said
+                reply.judgment = reply.judgment.model_copy(update={"attempts": CODE_ATTEMPTS})
+                said = reply.message.model_copy(update={"content": ""})
+            else:
+                said = reply.message
         message = spoken(said, turn)
         update: dict[str, Any] = {"turn": turn}
         if buffered:

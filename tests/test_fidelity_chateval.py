@@ -338,7 +338,7 @@ def test_the_released_code_s_rule_sends_the_same_prompt_three_times_and_ties(ope
     assert verdict is not None and verdict.label == "tie"
     assert verdict.method == "unreadable judgment: tie (released code)"
     assert verdict.detail["unreadable_tie"] == ["General Public"] and verdict.n_missing == 1
-    assert out["judgments"]["General Public"]["missing"] and out["judgments"]["General Public"]["attempts"] == 1
+    assert out["judgments"]["General Public"]["missing"] and out["judgments"]["General Public"]["attempts"] == 3
 
 
 class UnreadableByAnswer(ByAnswer):
