@@ -43,7 +43,14 @@ from jurygraph.graphs.debate import CRITIC, NO_ISSUE_RULE
 from jurygraph.graphs.devil import add_devil
 from jurygraph.graphs.spec import Built, Option, Params, ProtocolSpec, panel_signals
 from jurygraph.graphs.wiring import exit_when, replace_edges, turn_boundaries
-from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod, consensus
+from jurygraph.judging.aggregation import (
+    AGGREGATE_METHODS,
+    CODE_ATTEMPTS,
+    UNREADABLE_RULES,
+    AggregateMethod,
+    UnreadableRule,
+    consensus,
+)
 from jurygraph.judging.state import JuryState, judgments_of, merge_dicts
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
@@ -86,7 +93,8 @@ def strategy_plan(strategy: str, names: Sequence[str], turns: int) -> list[TurnP
 def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[TurnPlan], *,
                summarize: bool = False, summary_mode: SummaryMode = "append",
                template: ChatEvalTemplate | None = None, summary_template: str | None = None,
-               after: str = START, judge_every_turn: bool = False) -> str:
+               after: str = START, judge_every_turn: bool = False,
+               unreadable: UnreadableRule | str = "missing") -> str:
     """Add the speaking nodes of ``plan`` to ``builder`` and wire them; returns the last node.
 
     A group of one referee speaks straight into everyone's history. A group of several speaks in one
@@ -94,6 +102,7 @@ def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[
     passes the round on. Every referee hears every message, its own included, as in the original code;
     a referee's last turn in the plan carries the answer form and yields its judgment (with
     ``judge_every_turn``, every turn does: early stop and the devil's advocate need each round's judgments).
+    ``unreadable``: how a judging turn treats an unreadable reply (:func:`~jurygraph.nodes.referee.make_referee_node`).
     """
     by_name = {r.name: r for r in referees}
     audience = [r.name for r in referees]
@@ -112,7 +121,7 @@ def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[
                 final = judge_every_turn or last_turn[referee.name] == t
                 builder.add_node(node, make_referee_node(referee, t, final=final, audience=audience,
                                                          buffered=buffered, template=template,
-                                                         record_round=judge_every_turn))
+                                                         record_round=judge_every_turn, unreadable=unreadable))
                 builder.add_edge(previous, node)
                 nodes.append(node)
             if not buffered:
@@ -147,6 +156,7 @@ def create_chateval(
     consensus_tolerance: float = 0.0,
     record_rounds: bool = False,
     judge_every_turn: bool = False,
+    unreadable: UnreadableRule | str = "missing",
     state_schema: type[Any] = ChatEvalState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -164,6 +174,11 @@ def create_chateval(
     ``detail["rounds"]`` records the round it stopped at. ``record_rounds`` records it without stopping, and
     ``judge_every_turn`` asks for the answer form every turn without stopping (for hybrids that edit the
     hand-overs themselves, e.g. :func:`jurygraph.graphs.devil.create_chateval_devil`).
+
+    ``unreadable``: a final reply that cannot be read is re-asked once with the format reminder and then a missing
+    judgment, left out of the verdict and counted (``"missing"``, jurygraph's rule, default); or, as the released
+    code, the same prompt is sent again up to 3 times in all and a pairwise item with an unreadable judgment is a
+    tie (``"code"``; the scoring script's ``except``: "tie"; score items keep the judgment missing).
     """
     if turns < 1:
         raise ValueError("turns must be at least 1")
@@ -176,16 +191,19 @@ def create_chateval(
         raise ValueError(f"stop_when must be one of {', '.join(STOP_WHEN)} or None, not {stop_when!r}")
     if consensus_tolerance < 0:
         raise ValueError("consensus_tolerance must be at least 0")
+    if unreadable not in UNREADABLE_RULES:
+        raise ValueError(f"unreadable must be one of {', '.join(UNREADABLE_RULES)}, not {unreadable!r}")
     panel = chateval_personas(personas, referees)
     plan = strategy_plan(strategy, [r.name for r in panel], turns)
     builder = StateGraph(state_schema, context_schema=context_schema)
     frame = ChatEvalTemplate(template, final_prompt)
     last = wire_turns(builder, panel, plan, summarize=strategy == "summarizer", summary_mode=summary_mode,
                       template=frame, summary_template=summary_template,
-                      judge_every_turn=judge_every_turn or stop_when is not None)
+                      judge_every_turn=judge_every_turn or stop_when is not None, unreadable=unreadable)
     names = [r.name for r in panel]
     annotate = rounds_detail(names, turns, consensus_tolerance) if stop_when or record_rounds else None
-    builder.add_node("aggregate", make_aggregator_node(names, method=aggregate, annotate=annotate))
+    builder.add_node("aggregate", make_aggregator_node(names, method=aggregate, annotate=annotate,
+                                                       unreadable=unreadable))
     builder.add_edge(last, "aggregate")
     builder.add_edge("aggregate", END)
     if stop_when == "consensus":
@@ -303,6 +321,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("aggregate", str, "average",
            "ChatEval pairwise verdict: compare each assistant's average score over the referees (default, the "
            "paper) or a majority vote of their labels", choices=AGGREGATE_METHODS),
+    Option("unreadable", str, "missing",
+           "ChatEval: a final reply that cannot be read is re-asked once with the format reminder, then a missing "
+           "judgment left out of the verdict (default, jurygraph's rule); code = as the released code, the same "
+           "prompt up to 3 times, then a pairwise item with an unreadable judgment is a tie", choices=UNREADABLE_RULES),
     Option("stop_when", str, None,
            "ChatEval (jurygraph's own, not the paper): consensus = judge every round and stop as soon as the "
            "referees agree (pairwise: the same winner; scores: within --consensus-tolerance)", choices=STOP_WHEN),
@@ -330,7 +352,7 @@ def _build(values: Params) -> Built:
     options: dict[str, Any] = {"referees": values["agents"], "personas": values["personas"], "turns": values["turns"],
                                "strategy": values["strategy"], "summary_mode": values["summary_mode"],
                                "aggregate": values["aggregate"], "stop_when": values["stop_when"],
-                               "consensus_tolerance": values["consensus_tolerance"]}
+                               "consensus_tolerance": values["consensus_tolerance"], "unreadable": values["unreadable"]}
     if values["devil"]:
         graph = create_chateval_devil(critic=values["critic"], no_issue_rule=values["no_issue_rule"], **options)
     else:
@@ -344,6 +366,8 @@ def _build(values: Params) -> Built:
         params.update(stop_when=values["stop_when"], consensus_tolerance=values["consensus_tolerance"])
     if values["devil"]:
         params.update(devil=True, critic=values["critic"], no_issue_rule=values["no_issue_rule"])
+    if values["unreadable"] != "missing":
+        params["unreadable"] = values["unreadable"]
     return Built(graph, params)
 
 
@@ -351,9 +375,11 @@ def _plan(params: Params) -> int:
     referees, turns = panel_size(params), int(params.get("turns") or 2)
     summaries = turns - 1 if params.get("strategy") == "summarizer" else 0
     devils = turns - 1 if params.get("devil") else 0
-    # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil
+    # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil; with the
+    # released code's rule it may be sent twice more instead
     judged_turns = turns if params.get("stop_when") or params.get("devil") else 1
-    return referees * turns + summaries + devils + referees * judged_turns
+    again = CODE_ATTEMPTS - 1 if params.get("unreadable") == "code" else 1
+    return referees * turns + summaries + devils + referees * judged_turns * again
 
 
 def _bounds(params: Params) -> tuple[str, str] | None:

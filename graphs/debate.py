@@ -24,14 +24,16 @@ from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 
-from jurygraph.graphs.spec import Option, PanelMembers, Params, ProtocolSpec
+from jurygraph.graphs.spec import Built, Option, PanelMembers, Params, ProtocolSpec
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.debate import (
     CRITIC_PERSONAS,
     NO_ISSUE_RULES,
+    SUMMEVAL_TEMPLATES,
     CriticPersona,
     NoIssueRule,
+    SummEvalTemplates,
     make_commander_node,
     make_critic_node,
     make_finalize_node,
@@ -71,6 +73,7 @@ def create_debate(
     commander_llm: bool = False,
     template: str | None = None,
     no_issue_rule: NoIssueRule | str = "paper",
+    summeval_templates: SummEvalTemplates | str = "geval",
     state_schema: type[Any] = DebateState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -85,20 +88,27 @@ def create_debate(
     ``template``: a predefined template replacing the built-in one (same slots).
     ``no_issue_rule``: when a Critic reply ends the debate -- ``"paper"`` (Algorithm 1 line 8, the capitals
     NO ISSUE anywhere in the reply; default) or ``"strict"`` (the token must stand alone or open the reply,
-    so "no issue with X, but ..." continues). Every call is at temperature 0, top_p 1. The verdict's
-    ``detail`` says how the debate ended and lists every score the Scorer gave.
+    so "no issue with X, but ..." continues). ``summeval_templates``: SummEval's consistency, fluency and
+    relevance templates -- ``"geval"`` (G-Eval's released ``*_detailed.txt``, which the paper says its templates
+    follow; default) or ``"jurygraph"`` (the project's own in the frame of G.2); coherence is G.2 either way.
+    Every call is at temperature 0, top_p 1. The verdict's ``detail`` says how the debate ended and lists every
+    score the Scorer gave.
     """
     if max_iterations < 1:
         raise ValueError("max_iterations must be at least 1 (Algorithm 1 runs i = 1..n)")
     persona = CriticPersona.of(critic)
+    if summeval_templates not in SUMMEVAL_TEMPLATES:
+        raise ValueError(f"unknown SummEval templates {summeval_templates!r}; choose one of "
+                         f"{', '.join(SUMMEVAL_TEMPLATES)}")
     builder = StateGraph(state_schema, context_schema=context_schema)
-    commander = make_commander_node(persona, max_iterations, tie_breaker, template, llm=commander_llm)
+    commander = make_commander_node(persona, max_iterations, tie_breaker, template, llm=commander_llm,
+                                    summeval_templates=summeval_templates)
     builder.add_node("commander", commander)
-    builder.add_node("scorer", make_scorer_node(template))
+    builder.add_node("scorer", make_scorer_node(template, summeval_templates=summeval_templates))
     builder.add_node("critic", make_critic_node(no_issue_rule=no_issue_rule))
     builder.add_node("finalize", make_finalize_node(persona, max_iterations))
     if tie_breaker:
-        builder.add_node("tie_breaker", make_tie_breaker_node(template))
+        builder.add_node("tie_breaker", make_tie_breaker_node(template, summeval_templates=summeval_templates))
         builder.add_edge("tie_breaker", "finalize")
     labels = _edge_labels(tie_breaker)
     by_node = {node: str(label) for label, node in labels.items()}
@@ -130,12 +140,25 @@ OPTIONS: tuple[Option, ...] = (
            f"DEBATE: n, the most Critic reviews (default {DEFAULT_MAX_ITERATIONS})", minimum=1),
     Option("tie_breaker", bool, False, "DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE"),
     NO_ISSUE_RULE,
+    Option("summeval_templates", str, "geval",
+           "DEBATE on SummEval consistency/fluency/relevance: geval = G-Eval's released prompts, which the paper says "
+           "its templates follow (default; fluency 1-3), or jurygraph = the project's own (1-5)",
+           choices=SUMMEVAL_TEMPLATES),
     Option("commander_llm", bool, False,
            "DEBATE: the Commander's model words its request to the Scorer (one more call)"),
 )
 SCORER = "Scorer"
 # its panel for metaeval: the one Scorer, before and after the Critic's reviews
 BEFORE, AFTER = "Scorer (before critique)", "Scorer (after critique)"
+
+
+def _build(values: Params) -> Built:
+    params = {"critic": values["critic"], "max_iterations": values["max_iterations"],
+              "tie_breaker": values["tie_breaker"], "commander_llm": values["commander_llm"],
+              "no_issue_rule": values["no_issue_rule"]}
+    if values["summeval_templates"] != "geval":  # recorded when chosen, so a default run's manifest is unchanged
+        params["summeval_templates"] = values["summeval_templates"]
+    return Built(create_debate(**params), params)
 
 
 def _plan(params: Params) -> int:
@@ -173,6 +196,7 @@ SPEC = ProtocolSpec(
     factory=create_debate,
     help="DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander",
     options=OPTIONS,
+    build=_build,
     tasks=("score",),
     plan=_plan,
     bounds=_bounds,
