@@ -247,3 +247,25 @@ def test_budgets_escalation_and_review_take_it_as_a_built_in(plugin: Path, opena
     assert code == 2 and "relay on pairwise items gives no sample_spread signal" in err
     code, _, err = run(*base, "--review-when", "margin<10", "--out", str(tmp_path / "c"))
     assert code == 0 and "2 items await review" in _ + err
+
+
+def test_escalation_and_bench_take_it_by_name(plugin: Path, openai_server, tmp_path: Path) -> None:
+    server = openai_server(respond)
+    # another protocol's doubtful items go to it (the relay at its defaults: 2 requests, each re-askable)
+    code, _, err = run("eval", "--protocol", "ensemble", "--dataset", "faireval", "--limit", "2", *model(server),
+                       "--no-calibrate", "--escalate-when", "margin<5", "--escalate-protocol", "relay",
+                       "--out", str(tmp_path / "escalated"), "--quiet")
+    assert code == 0, err
+    manifest = read_manifest(tmp_path / "escalated") or {}
+    assert manifest["parameters"]["escalation"] == {"protocol": "relay"}
+    assert manifest["requests_per_item"] == 2 * 2 + (2 + 2)
+    records = read_results(tmp_path / "escalated")
+    assert all(r["decided_by"] == "escalation" for r in records)  # 8 vs 5: a margin of 3
+    # a bench method, its runs measured beside a built-in's
+    out = tmp_path / "bench"
+    code, text, err = run("bench", "--dataset", "faireval", "--limit", "2", "--method",
+                          f"relay=--protocol relay --param referees=3 --model judge --base-url {server.base_url}",
+                          "--resamples", "0", "--no-plots", "--out", str(out), "--quiet")
+    assert code == 0, err
+    assert "relay" in text
+    assert (read_manifest(out / "runs" / "relay" / "faireval") or {})["parameters"]["referees"] == 3
