@@ -43,6 +43,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from jurygraph.graphs.spec import Option
 from jurygraph.graphs.wiring import GraphLike, compile_inner
 from jurygraph.judging.aggregation import aggregate, majority_label
 from jurygraph.judging.items import TaskKind, as_item
@@ -241,3 +242,17 @@ def calibrate(
     builder.add_edge([run.name for run in runs], "calibrate")
     builder.add_edge("calibrate", END)
     return builder
+
+
+# --- the calibration options of every pairwise protocol on the command line (graphs/spec.py) ------------------
+
+CALIBRATE = Option("calibrate", str, None,
+                   "pairwise tasks: FairEval's balanced position calibration (bpc), multiple evidence calibration "
+                   "(mec) or both, around the chosen protocol", choices=MODES)
+MEC_K = Option("mec_k", int, 3, "MEC: evidence samples per order (default 3)", minimum=1)
+MEC_TEMPERATURE = Option("mec_temperature", float, 1.0, "MEC: temperature of the evidence samples (default 1)")
+OPTIONS: tuple[Option, ...] = (CALIBRATE, MEC_K, MEC_TEMPERATURE)
+# read by the protocols that judge both orders by default (ProtocolSpec.position_calibration)
+NO_CALIBRATE = Option("no_calibrate", bool, False,
+                      "chateval/single/ensemble on pairwise data: judge one order only (default: both orders, "
+                      "--calibrate bpc, as ChatEval's position calibration)")

@@ -3,13 +3,24 @@ verdict is the expected score (see :mod:`jurygraph.nodes.geval` for the two esti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
+from jurygraph.graphs.refer import SAMPLES
+from jurygraph.graphs.spec import Built, Option, Params, ProtocolSpec, panel_signals
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
-from jurygraph.nodes.geval import MAX_TOKENS, Estimator, OffScale, make_form_filling_node
+from jurygraph.nodes.geval import (
+    ESTIMATORS,
+    FLUENCY_SCALES,
+    MAX_TOKENS,
+    OFF_SCALE,
+    Estimator,
+    OffScale,
+    make_form_filling_node,
+)
 
 
 def create_geval(
@@ -73,3 +84,58 @@ def _one_evaluator(node: Any, name: str, state_schema: type[Any], context_schema
     builder.add_edge(START, name)
     builder.add_edge(name, END)
     return builder
+
+
+# --- the protocols on the command line and around a run (graphs/spec.py) --------------------------------------
+
+OPTIONS: tuple[Option, ...] = (
+    SAMPLES,
+    Option("estimator", str, "samples",
+           "G-Eval/Analyze-Rate expected score: mean of n samples (default) or probability-weighted from the score "
+           "token's log-probabilities", choices=ESTIMATORS),
+    Option("sample_temperature", float, 1.0,
+           "G-Eval/Analyze-Rate: temperature of the n samples (default 1, as in the papers)"),
+    Option("fluency_scale", int, 3,
+           "G-Eval/Analyze-Rate on SummEval fluency: 3 = G-Eval's released 1-3 prompt (default), 5 = the project's "
+           "1-5 variant", choices=FLUENCY_SCALES),
+    Option("off_scale", str, "keep",
+           "G-Eval/Analyze-Rate: a sample's score off the prompt's scale is kept, as the released meta-evaluation "
+           "scripts keep it (default), or dropped as a missing judgment", choices=OFF_SCALE),
+)
+
+
+def _form_filling(factory: Callable[..., StateGraph]) -> Callable[[Params], Built]:
+    def build(values: Params) -> Built:
+        n = values["samples"] or 20
+        graph = factory(estimator=values["estimator"], n=n, temperature=values["sample_temperature"],
+                        fluency_scale=values["fluency_scale"], off_scale=values["off_scale"])
+        params = {"samples": n, "estimator": values["estimator"], "temperature": values["sample_temperature"],
+                  "fluency_scale": values["fluency_scale"]}
+        if values["off_scale"] != "keep":  # recorded when chosen, so a default run's manifest is unchanged
+            params["off_scale"] = values["off_scale"]
+        return Built(graph, params)
+
+    return build
+
+
+def _samples(params: Params) -> int:
+    return int(params.get("samples") or 20)
+
+
+def _signals(params: Params, task: str) -> set[str]:
+    return panel_signals(task, samples=_samples(params) if params.get("estimator") == "samples" else 1)
+
+
+def _spec(name: str, factory: Callable[..., StateGraph], help: str, studio: str, order: int) -> ProtocolSpec:
+    build = _form_filling(factory)
+    return ProtocolSpec(name=name, factory=factory, help=help, options=OPTIONS, build=build, tasks=("score",),
+                        plan=_samples, single_agent=lambda values: build(values).graph,
+                        single_agent_plan=lambda values: _samples({"samples": values["samples"]}),
+                        signals=_signals, studio={studio: lambda: factory()}, order=order)
+
+
+SPECS = (
+    _spec("geval", create_geval, "G-Eval: chain-of-thought form filling, expected score", "geval", 60),
+    _spec("analyze-rate", create_analyze_rate, "Analyze-Rate: G-Eval's prompt with an analysis before the rating",
+          "analyze_rate", 70),
+)

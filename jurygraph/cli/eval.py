@@ -22,8 +22,12 @@ from jurygraph.cli.protocols import (
     build_protocol,
     check_doubt_signals,
     check_options,
+    check_ranges,
     check_task,
+    option_values,
+    protocol_spec,
 )
+from jurygraph.graphs.registry import resolve_name, short_name
 from jurygraph.judging.items import Scale
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
@@ -118,6 +122,11 @@ def _resume_args(args: argparse.Namespace,
     manifest = read_manifest(args.resume)
     if manifest is None:
         raise UsageError(f"--resume {args.resume}: no manifest.json there (was it a jurygraph run directory?)")
+    if "cli" not in manifest:
+        raise UsageError(f"--resume {args.resume}: the run was not made by `jurygraph eval` (its manifest keeps no "
+                         "command line, e.g. run(graph, items, ...) from Python): resume it the way it was made, "
+                         "with resume=True; or run the graph's factory with `jurygraph eval --protocol "
+                         "MODULE:FACTORY` from the start")
     saved = dict(manifest.get("cli", {}))
     saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
     given = explicit_dests(args.argv)
@@ -171,9 +180,12 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args, previous = _resume_args(args, parser)
     if not args.dataset:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
-    validate_numbers(args, args.protocol_dests)
+    validate_numbers(args)
+    check_ranges(args)
     cluster = _ray_options(args)
+    args.protocol = resolve_name(args.protocol)  # a protocol file's path, absolute: a resume may run elsewhere
     check_options(args.protocol, explicit_dests(args.argv))
+    option_values(protocol_spec(args.protocol), args)  # its options' values in range, before any data is read
     costs.check_cost_options(args, explicit_dests(args.argv))
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
@@ -191,9 +203,11 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          "(give each row its own id, or --map id=COLUMN)")
     # a JSONL/CSV table stays on disk: the runner reads it again item by item
     items = dataset.head(args.limit)
-    setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
+    # the data is known: the protocol's defaults that depend on it (both answer orders on pairwise data) are decided
+    # on its task kinds, whatever its source; first, so its own errors (a calibration that cannot wrap it) say more
+    setup = build_protocol(args, items.tasks)
     check_task(args.protocol, items.tasks, str(args.dataset))
-    check_doubt_signals(setup, args)
+    check_doubt_signals(setup, args, items.tasks)
     context = context_from_args(args, setup)
     check_gen_options(args, setup, context, items,
                       restored=bool(args.resume) and "gen" not in explicit_dests(args.argv))
@@ -204,7 +218,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     if args.dry_run:
         return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
-    per_item = setup.requests_per_item()
+    per_item = setup.requests_per_item(next(iter(items), None), context)
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
                          f"{len(items)} items ({args.protocol}: {_params_line(setup.params)}); "
@@ -215,7 +229,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (LocalModelUnusable, ModuleNotFoundError) as err:
             raise UsageError(str(err)) from None  # before any item starts: none would run
     check_models(context)
-    out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
+    out = Path(args.out or f"runs/{short_name(args.protocol)}-{Path(str(args.dataset)).stem}")
     invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),
                   "execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
     manifest = {

@@ -29,6 +29,7 @@ from typing import Any
 
 from jurygraph.judging.doubt import decided_by, panel_verdict, parse_conditions, triggered
 from jurygraph.judging.items import SWAP_LABEL
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_reports, panel_records
 from jurygraph.measuring.metaeval import MethodResult, evaluate_records, latest_records
 from jurygraph.measuring.panel import (
@@ -62,6 +63,7 @@ class RunInput:
     views: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     diagram_png: bytes | None = None
     diagram_text: str | None = None  # mermaid, when Graphviz is absent
+    panel: PanelMembers | None = None  # who its panel's members are, as its protocol's spec says (None: its agents)
 
 
 # --- outcomes ---------------------------------------------------------------------------------------------
@@ -454,18 +456,19 @@ def panel_html(runs: Sequence[RunInput], *, resamples: int = 1000, seed: int = 0
     several judges."""
     names = [run.name for run in runs]
     records = [panel_records(list(run.records)) for run in runs]
-    by_run = member_position(names, records, [run.manifest for run in runs])
+    by_run = member_position(names, records, [run.manifest for run in runs], [run.panel for run in runs])
     parts, warnings = [], []
     for k, run in enumerate(runs):
         verdict = evaluate_records(records[k], run.name, resamples=resamples, seed=seed)
-        for panel in panel_diagnostics(run.name, records[k], verdict, resamples=resamples, seed=seed):
+        for panel in panel_diagnostics(run.name, records[k], verdict, resamples=resamples, seed=seed,
+                                       panel=run.panel):
             if panel.target == "pairwise":
                 panel.position = by_run.get(k, [])
             parts.append(_panel_block(panel))
         systems = {str(r.get("id")): (str(r["systems"][0]), str(r["systems"][1])) for r in records[k]
                    if r.get("task") == "pairwise" and isinstance(r.get("systems"), list) and len(r["systems"]) == 2}
         if systems:
-            warnings += same_family(run.name, records[k], systems)
+            warnings += same_family(run.name, records[k], systems, panel=run.panel)
     if not parts:
         return ""
     tables = "".join(f"<div class='family'>{table_html(table)}</div>" for _, table in family_tables(warnings))
