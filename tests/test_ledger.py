@@ -94,6 +94,7 @@ def batch_responder(request: dict[str, Any], index: int) -> str:
     return REPLY
 
 
+@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_a_batch_run_killed_while_a_round_waits_keeps_every_collected_answer(openai_server, tmp_path: Path) -> None:
     server = openai_server(batch_responder)
     server.batches.hold = lambda index: index == 2  # rounds 1 and 2 come back; round 3 waits
@@ -116,6 +117,7 @@ def test_a_batch_run_killed_while_a_round_waits_keeps_every_collected_answer(ope
 # --- the same invariant online: kill -9 mid-run, resume ------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_an_online_run_killed_mid_call_balances_after_its_resume(openai_server, tmp_path: Path) -> None:
     server = openai_server(lambda request, i: REPLY, latency=0.02)
     out = tmp_path / "run"
@@ -133,6 +135,7 @@ def test_an_online_run_killed_mid_call_balances_after_its_resume(openai_server, 
 # --- finding 3: a large item is held back rather than started ---------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_an_item_too_large_for_the_budget_is_held_back_not_started(openai_server, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     server = openai_server(lambda request, i: REPLY)
@@ -159,6 +162,7 @@ def test_an_item_too_large_for_the_budget_is_held_back_not_started(openai_server
 # --- finding 4: totals over every invocation ------------------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_the_manifest_totals_cover_every_invocation(openai_server, tmp_path: Path) -> None:
     server = openai_server(lambda request, i: REPLY)
     out = tmp_path / "run"
@@ -184,6 +188,7 @@ def test_the_manifest_totals_cover_every_invocation(openai_server, tmp_path: Pat
 # --- finding 5: the dataset changed under a run ---------------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_a_dataset_changed_under_a_run_is_refused_or_recorded(openai_server, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     server = openai_server(lambda request, i: REPLY)
@@ -218,6 +223,7 @@ def test_a_dataset_changed_under_a_run_is_refused_or_recorded(openai_server, tmp
 # --- finding 6: a finished --max-cost run resumes -------------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_a_finished_run_with_a_cost_budget_resumes(openai_server, tmp_path: Path) -> None:
     server = openai_server(lambda request, i: REPLY)
     out = tmp_path / "run"
