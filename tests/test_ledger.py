@@ -52,9 +52,11 @@ def cost_of(billed: list[dict[str, int]], *, batch: bool = False) -> float:
     return usd / 2 if batch else usd
 
 
-def assert_books_balance(out: Path, server: FakeOpenAIServer, *, in_flight: int = 0, batch: bool = False) -> None:
+def assert_books_balance(out: Path, server: FakeOpenAIServer, *, in_flight: int = 0, batch: bool = False,
+                         priced: bool = True) -> None:
     """spend.json equals the calls the server answered, but for at most ``in_flight`` calls answered at a kill that
-    never reached the run (sent again by the resume, and counted then)."""
+    never reached the run (sent again by the resume, and counted then); its cost is theirs at PRICES (``priced``),
+    else unknown (None, not 0)."""
     spend, billed = spend_of(out), server.billed
     lost = len(billed) - spend["requests"]
     assert 0 <= lost <= in_flight, (spend, len(billed))
@@ -64,9 +66,12 @@ def assert_books_balance(out: Path, server: FakeOpenAIServer, *, in_flight: int 
     most_out = max(call["output_tokens"] for call in billed)
     assert 0 <= billed_in - spend["input_tokens"] <= lost * most_in
     assert 0 <= billed_out - spend["output_tokens"] <= lost * most_out
+    if not priced:
+        assert spend["cost_usd"] is None
     if lost == 0:
         assert (spend["input_tokens"], spend["output_tokens"]) == (billed_in, billed_out)
-        assert spend["cost_usd"] == pytest.approx(cost_of(billed, batch=batch))
+        if priced:
+            assert spend["cost_usd"] == pytest.approx(cost_of(billed, batch=batch))
 
 
 def kill_when(child: subprocess.Popen[bytes], ready: Any, timeout: float = 90) -> None:
@@ -94,7 +99,6 @@ def batch_responder(request: dict[str, Any], index: int) -> str:
     return REPLY
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_a_batch_run_killed_while_a_round_waits_keeps_every_collected_answer(openai_server, tmp_path: Path) -> None:
     server = openai_server(batch_responder)
     server.batches.hold = lambda index: index == 2  # rounds 1 and 2 come back; round 3 waits
@@ -117,7 +121,6 @@ def test_a_batch_run_killed_while_a_round_waits_keeps_every_collected_answer(ope
 # --- the same invariant online: kill -9 mid-run, resume ------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_an_online_run_killed_mid_call_balances_after_its_resume(openai_server, tmp_path: Path) -> None:
     server = openai_server(lambda request, i: REPLY, latency=0.02)
     out = tmp_path / "run"
@@ -135,7 +138,6 @@ def test_an_online_run_killed_mid_call_balances_after_its_resume(openai_server, 
 # --- finding 3: a large item is held back rather than started ---------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_an_item_too_large_for_the_budget_is_held_back_not_started(openai_server, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     server = openai_server(lambda request, i: REPLY)
@@ -156,13 +158,12 @@ def test_an_item_too_large_for_the_budget_is_held_back_not_started(openai_server
     assert "q4" in err and "held back" in err
     spend = spend_of(out)
     assert spend["input_tokens"] + spend["output_tokens"] <= 30000
-    assert_books_balance(out, server)
+    assert_books_balance(out, server, priced=False)
 
 
 # --- finding 4: totals over every invocation ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_the_manifest_totals_cover_every_invocation(openai_server, tmp_path: Path) -> None:
     server = openai_server(lambda request, i: REPLY)
     out = tmp_path / "run"
@@ -188,7 +189,6 @@ def test_the_manifest_totals_cover_every_invocation(openai_server, tmp_path: Pat
 # --- finding 5: the dataset changed under a run ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_a_dataset_changed_under_a_run_is_refused_or_recorded(openai_server, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     server = openai_server(lambda request, i: REPLY)
@@ -223,7 +223,6 @@ def test_a_dataset_changed_under_a_run_is_refused_or_recorded(openai_server, tmp
 # --- finding 6: a finished --max-cost run resumes -------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_a_finished_run_with_a_cost_budget_resumes(openai_server, tmp_path: Path) -> None:
     server = openai_server(lambda request, i: REPLY)
     out = tmp_path / "run"
@@ -233,3 +232,144 @@ def test_a_finished_run_with_a_cost_budget_resumes(openai_server, tmp_path: Path
     assert main(["eval", "--resume", str(out)]) == 0
     assert main(["eval", "--resume", str(out), "--prices", str(prices)]) == 0
     assert len(server.requests) == PER_ITEM * 2
+
+
+# --- the expected figure beside the bound: a pilot, or the run's own replies -------------------------------------
+
+
+def test_a_pilot_gives_the_expected_figure_beside_the_bound(openai_server, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    server = openai_server(lambda request, i: REPLY)  # ~26 tokens a reply, where the bound assumes 512
+    out = tmp_path / "run"
+    args = ["eval", "--protocol", "chateval", "--no-calibrate", "--model", "judge", "--base-url", server.base_url,
+            "--dataset", "faireval", "--limit", "6", "--out", str(out), "--quiet"]
+    capsys.readouterr()
+    assert main([*args, "--dry-run", "--pilot", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(server.requests) == PER_ITEM * 2 and len(read_results(out)) == 2  # the pilot, paid and kept
+    expected = report["expected"]
+    assert report["items"] == 4 and report["items_already_done"] == 2  # what is left
+    assert expected["requests"] == report["requests"] == PER_ITEM * 4  # the same calls, shorter replies
+    assert expected["from"]["source"] == "pilot" and expected["from"]["items"] == 2
+    assert expected["from"]["replies"] == PER_ITEM * 2
+    assert set(expected["from"]["reply_tokens"]) == {"General Public", "Critic"}
+    assert expected["output_tokens"] < report["output_tokens"] / 10  # 26 tokens a reply against 512
+    assert expected["input_tokens"] < report["input_tokens"]  # the next turn hears a shorter reply
+    assert "pilot" in expected["label"]
+
+    # the rest, run: its server-side figures are near the expected ones, far from the bound
+    assert main(["eval", "--resume", str(out)]) == 0
+    rest = [call for call in server.billed[PER_ITEM * 2:]]
+    used_out = sum(call["output_tokens"] for call in rest)
+    assert used_out == pytest.approx(expected["output_tokens"], rel=0.2)
+    used_in = sum(call["input_tokens"] for call in rest)
+    assert abs(used_in - expected["input_tokens"]) < abs(used_in - report["input_tokens"])
+
+    # on --resume the run's own replies say it, labelled so; the text form says which figure is which
+    capsys.readouterr()
+    assert main(["eval", "--resume", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "expected:" in text and "the run's own 6 finished items" in text and "the table is the bound" in text
+
+
+def test_a_pilot_before_a_run_says_the_expected_figure_and_runs_the_rest(openai_server, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    server = openai_server(lambda request, i: REPLY)
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["eval", "--protocol", "chateval", "--no-calibrate", "--model", "judge", "--base-url",
+                 server.base_url, "--dataset", "faireval", "--limit", "5", "--out", str(out), "--pilot", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "expected:" in err and "reply lengths from the pilot's 2 items (8 replies)" in err
+    assert len(read_results(out)) == 5 and len(server.requests) == PER_ITEM * 5
+    invocations = manifest_of(out)["invocations"]
+    assert [i["counts"]["done"] for i in invocations] == [2, 3]
+    assert_books_balance(out, server, priced=False)
+
+
+# --- the smaller points of finding 7 that are about money ------------------------------------------------------
+
+
+def test_an_unpriced_budget_says_tokens_and_counts_every_item(openai_server, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    server = openai_server(lambda request, i: REPLY)
+    out = tmp_path / "run"
+    capsys.readouterr()
+    # no item fits a budget of 1 token: each is held back, and the line says why
+    assert main(chateval(server, out, "--dataset", "faireval", "--limit", "20", "--max-total-tokens", "1",
+                         "--concurrency", "1")) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "$" not in err  # an unpriced model's cost is not $0.0000: it is unknown
+    assert "(0 items done, 0 HTTP requests sent)" in err and "and 17 more" in err
+    manifest = manifest_of(out)
+    assert len(manifest["budget"]["held_back"]) == 20 and server.requests == []
+    reserve = manifest["budget"]["reserve_per_item"]
+    assert reserve["cost_usd"] is None and reserve["input_tokens"] + reserve["output_tokens"] > 0
+    # room for one item's reserve and a half: the run stops early, its counts still say 20 items
+    room = (reserve["input_tokens"] + reserve["output_tokens"]) * 3 // 2
+    assert main(["eval", "--resume", str(out), "--max-total-tokens", str(room)]) == 3
+    err = capsys.readouterr().err
+    done = len(read_results(out))
+    assert 0 < done < 5 and f"({done} items done, {PER_ITEM * done} HTTP requests sent)" in err and "$" not in err
+    manifest = manifest_of(out)
+    assert manifest["counts"]["items"] == 20 and manifest["counts"]["done"] == done  # the run's items
+    assert manifest["invocations"][-1]["counts"]["items"] == done + 1  # what this invocation looked at
+    assert list(manifest["budget"]["held_back"]) == [str(done)]  # the next item, which did not fit what was left
+    assert manifest["spend"]["cost_usd"] is None and spend_of(out)["cost_usd"] is None  # unknown, not 0.0
+    assert manifest["counts"]["cost_usd"] is None
+
+    # one item done is "1 item"
+    data = tmp_path / "items.jsonl"
+    rows = [{"id": f"q{i}", "question": f"Question {i}?", "response_1": "One.", "response_2": "Two.",
+             "human": {"label": "1"}} for i in range(2)]
+    rows[1]["response_1"] = "A very long answer. " * 3000
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(chateval(server, tmp_path / "two", "--dataset", str(data), "--task", "pairwise",
+                         "--max-total-tokens", "20000")) == 3
+    assert "(1 item done, 4 HTTP requests sent)" in capsys.readouterr().err
+
+
+FULL_DISK = """
+import resource, sys
+from pathlib import Path
+from jurygraph.running.rundir import RunManifest, SpendFigures, write_manifest, write_spend
+out = Path(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (40, 40))  # every file written is cut at 40 bytes: a full disk
+for write in (lambda: write_spend(out, SpendFigures(requests=123456789, input_tokens=987654321)),
+              lambda: write_manifest(out, RunManifest(protocol="chateval"))):
+    try:
+        write()
+    except OSError as err:
+        print(err.errno)
+"""
+
+
+def test_a_full_disk_leaves_no_half_written_json_file(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split()) == 2  # both writes failed
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the file nor an empty temporary
+
+
+def test_attempts_are_the_http_requests_the_server_saw_over_every_invocation(openai_server, tmp_path: Path) -> None:
+    """Timeouts, 429s, 500s and unreadable bodies are retried: each retry is an attempt, on record with the call
+    it was for (a call that failed after its retries too); over a budget stop and a resume, the manifest's attempts
+    are the requests the server received, and its requests the answers it billed."""
+    from jurygraph.testing.fake_server import Faults
+
+    faults = Faults(rate_429=0.08, rate_500=0.08, rate_hang=0.04, rate_garbage=0.04, retry_after=0.01,
+                    hang_seconds=0.6, seed=7)
+    server = openai_server(lambda request, i: REPLY, faults=faults)
+    out = tmp_path / "run"
+    common = ("--timeout", "0.3", "--max-retries", "1")
+    first = main(chateval(server, out, "--dataset", "faireval", "--limit", "16", "--concurrency", "4",
+                          "--max-total-tokens", "30000", *common))
+    assert first in (1, 3)  # stopped at the budget (and some items may have failed after their retries)
+    resumed = main(["eval", "--resume", str(out), "--max-total-tokens", "10000000", *common])
+    assert resumed in (0, 1)
+    counts = manifest_of(out)["counts"]
+    assert len(server.requests) > len(server.billed)  # there were retries
+    assert counts["attempts"] == len(server.requests)
+    assert counts["requests"] == len(server.billed) == spend_of(out)["requests"]
+    assert sum(i["counts"]["attempts"] for i in manifest_of(out)["invocations"]) == counts["attempts"]

@@ -409,7 +409,6 @@ def _usage_requests(lines: list[dict[str, Any]]) -> int:
     return sum(int(entry.get("requests", 0)) for line in lines for entry in (line.get("usage") or {}).values())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_a_ray_run_keeps_its_spend_on_record_and_a_killed_driver_resumes_within_its_budget(
         cluster: Cluster, openai_server: Any, dataset: Path, tmp_path: Path) -> None:
     """Finding 2: the workers' spend is on record as their records arrive (spend.json is there and counts at least
@@ -455,7 +454,6 @@ def test_a_ray_run_keeps_its_spend_on_record_and_a_killed_driver_resumes_within_
     assert manifest(out)["spend"] == spend
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, fixed on this branch")
 def test_workers_killed_before_their_first_record_are_counted_and_so_are_their_calls(
         cluster: Cluster, openai_server: Any, items: list[Any], tmp_path: Path) -> None:
     """Finding 7: a shard whose worker dies before it sent any record is run again, and the manifest counts it

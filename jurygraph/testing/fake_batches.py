@@ -3,7 +3,8 @@ enough for the real ``openai`` client's ``files.create``/``files.content`` and `
 ``list``/``cancel``.
 
 A batch moves one status per poll (``GET /v1/batches/{id}``): ``validating -> in_progress -> finalizing ->
-completed`` (``polls_per_status`` polls each; ``hold(index)`` keeps a batch ``validating``). On completing, each line's body is answered by the server's own
+completed`` (``polls_per_status`` polls each; ``hold(index)`` keeps a batch ``validating``). On completing,
+each line's body is answered by the server's own
 chat-completions answer (the same responder, usage and model as an online request), written to an output file
 (``{"id", "custom_id", "response": {"status_code": 200, "request_id", "body"}, "error": null}``); a line
 ``failing(custom_id, body)`` names gets a 500 in the error file instead. ``outcome(index)`` decides a batch's end
