@@ -186,6 +186,41 @@ def test_the_manifest_totals_cover_every_invocation(openai_server, tmp_path: Pat
     assert counts["seconds"] == pytest.approx(sum(i["counts"]["seconds"] for i in invocations))
 
 
+def test_show_metaeval_and_report_read_the_run_s_totals(openai_server, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    server = openai_server(lambda request, i: REPLY, latency=0.02)
+    out = tmp_path / "run"
+    prices = prices_file(tmp_path)
+    child = cli(*chateval(server, out, "--dataset", "faireval", "--limit", "10", "--concurrency", "2",
+                          "--prices", str(prices)))
+    kill_when(child, lambda: len(server.billed) >= 14)  # killed: its invocation writes no end
+    assert main(["eval", "--resume", str(out)]) == 0
+    manifest = manifest_of(out)
+    killed = manifest["invocations"][0]
+    assert killed["ended"] is None and killed["counts"] is None
+    assert killed["spend"]["requests"] >= 14 - 2  # what it paid, from the ledger (but its calls in flight)
+    total = manifest["counts"]["requests"]
+    assert total == killed["spend"]["requests"] + manifest["invocations"][1]["spend"]["requests"] == \
+        spend_of(out)["requests"]
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"10 of 10 items done" in text and f"over 2 invocation(s): {total:,} requests" in text
+    assert "killed before its end" in text
+    assert main(["show", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["requests"] == total
+    assert main(["metaeval", str(out), "--json", "--resamples", "0"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)["runs"]
+    assert entry["totals"]["requests"] == total and entry["totals"]["invocations"] == 2
+    assert main(["metaeval", str(out), "--resamples", "0"]) == 0
+    assert "What each run judged and paid" in capsys.readouterr().out
+    page = tmp_path / "report.html"
+    assert main(["report", str(out), "--out", str(page), "--resamples", "0", "--no-conversations"]) == 0
+    html = page.read_text()
+    assert "Spend per invocation" in html and "killed (no end recorded)" in html
+    assert f"<td>run</td><td></td><td>10</td><td>{total:,}</td>" in html
+
+
 # --- finding 5: the dataset changed under a run ---------------------------------------------------------------
 
 

@@ -325,8 +325,9 @@ def test_items_paused_for_review_keep_waiting_when_a_ray_run_resumes(cluster: Cl
     assert len(server.requests) == sent
     resumed = manifest(out)
     assert resumed["awaiting_review"] == sorted(DISAGREE) and resumed["invocations"][-1]["execution"]["ray"] == "local"
-    assert sum(entry["requests"] for entry in resumed["usage_by_agent"].values()) == 0
-    assert resumed["spend"] == first["spend"]
+    # the resume paid nothing; the run's totals are the first invocation's
+    assert sum(entry["requests"] for entry in resumed["invocations"][-1]["usage_by_agent"].values()) == 0
+    assert resumed["usage_by_agent"] == first["usage_by_agent"] and resumed["spend"] == first["spend"]
 
 
 def test_a_batch_run_is_refused_with_ray(openai_server: Any, items: list[Any], tmp_path: Path,

@@ -247,6 +247,15 @@ class RunManifest(_Section):
                 data.pop(name, None)
         return data
 
+    def totals(self) -> dict[str, Any]:
+        """The run's totals over every invocation, as ``show``, ``metaeval`` and ``report`` give them: items and
+        their states, paid calls, HTTP attempts, tokens, USD (None: no price known), wall time, invocations."""
+        counts = self.counts
+        return {"items": counts.items, "done": counts.done, "failed": counts.failed,
+                "awaiting_review": counts.awaiting_review, "requests": counts.requests, "attempts": counts.attempts,
+                "input_tokens": counts.input_tokens, "output_tokens": counts.output_tokens,
+                "cost_usd": counts.cost_usd, "seconds": round(counts.seconds, 3), "invocations": len(self.invocations)}
+
     @property
     def invocation(self) -> Invocation:
         """The latest invocation (one is added when there is none)."""

@@ -64,6 +64,7 @@ from jurygraph.running.rundir import (
     Invocation,
     ResultsFile,
     RunManifest,
+    SpendFigures,
     iter_results,
     load_manifest,
     run_lock,
@@ -355,10 +356,23 @@ class _Run:
         self.ledger_target = str((out / LEDGER).resolve())
         reconcile(self.ledger, out, own_cache=self.llm_cache if self.cache is True else None,
                   models=self.manifest.models, prices=self.prices)
+        self._backfill()
         self.meter = SpendMeter(self.ledger, self.prices, out)
         write_manifest(out, self.manifest)
         self.results: ResultsFile | _Delivered = ResultsFile(out / RESULTS, self._kept() if self.resume else ())
         self.bar = _progress_bar(self.total, self.progress)
+
+    def _backfill(self) -> None:
+        """An earlier invocation killed before its end wrote no figures: what it paid is in the ledger."""
+        for number, earlier in enumerate(self.manifest.invocations[:-1]):
+            if earlier.spend is None and earlier.counts is None:
+                paid = self.ledger.totals("invocation = ?", (number,))
+                earlier.spend = SpendFigures(requests=paid.requests, input_tokens=paid.input_tokens,
+                                             output_tokens=paid.output_tokens, cost_usd=paid.cost_usd,
+                                             batch_requests=paid.batch_requests)
+                earlier.usage_by_agent = self.ledger.usage_by_agent(number)
+                earlier.usage_by_model = self.ledger.usage_by_model(number)
+                earlier.attempts_by_model = self.ledger.attempts_by_model(number)
 
     def _prepare(self) -> None:
         """What every judging process needs: the finished ids (a resume fills them as it copies the finished
