@@ -367,11 +367,12 @@ def test_an_unpriced_budget_says_tokens_and_counts_every_item(openai_server, tmp
 FULL_DISK = """
 import resource, sys
 from pathlib import Path
-from jurygraph.running.rundir import RunManifest, SpendFigures, write_manifest, write_spend
+from jurygraph.running.rundir import RunManifest, SpendFigures, replace_result, write_manifest, write_spend
 out = Path(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_FSIZE, (40, 40))  # every file written is cut at 40 bytes: a full disk
 for write in (lambda: write_spend(out, SpendFigures(requests=123456789, input_tokens=987654321)),
-              lambda: write_manifest(out, RunManifest(protocol="chateval"))):
+              lambda: write_manifest(out, RunManifest(protocol="chateval")),
+              lambda: replace_result(out, {"id": "q1", "status": "ok", "verdict": {"label": "1"}})):
     try:
         write()
     except OSError as err:
@@ -383,7 +384,7 @@ def test_a_full_disk_leaves_no_half_written_json_file(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.split()) == 2  # both writes failed
+    assert len(done.stdout.split()) == 3  # every write failed
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the file nor an empty temporary
 
 

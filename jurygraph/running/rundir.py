@@ -465,12 +465,17 @@ def replace_result(out_dir: str | Path, record: dict[str, Any]) -> None:
 def _rewrite_results(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """results.jsonl holding ``records``, written beside it, synced and put in its place in one rename."""
     tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the old file stays whole, and no half-written temporary beside it
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 class ResultsFile:
