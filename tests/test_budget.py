@@ -103,3 +103,34 @@ def test_an_item_in_flight_keeps_its_reserve_less_what_it_spent(tmp_path: Path) 
     ledger.close()
     again = Ledger(tmp_path / "ledger.sqlite", invocation=1)
     assert SpendMeter(again).total.input_tokens == 850  # the next invocation starts from there
+
+
+def test_an_item_s_reserve_is_its_own_and_rendering_is_spared_far_from_the_limit(tmp_path: Path) -> None:
+    """Each item is priced from itself: a long one is rendered (and held back if it alone passes the budget); far
+    from the limit an item no longer than one rendered takes that one's reserve; near the limit every item is
+    rendered."""
+    from jurygraph.judging.items import EvalItem
+
+    rendered: list[str] = []
+
+    def price(item: EvalItem) -> Spend:
+        rendered.append(item.id)
+        tokens = len(item.response or "") // 4 + 500
+        return Spend(requests=4, input_tokens=tokens, output_tokens=100)
+
+    def item(item_id: str, words: int) -> EvalItem:
+        return EvalItem(id=item_id, task="score", source="Article.", response="word " * words,
+                        scale={"low": 1, "high": 5})
+
+    meter = SpendMeter(Ledger(tmp_path / "ledger.sqlite"), out=tmp_path)
+    budget = Budget(max_total_tokens=100_000, price_item=price)
+    first = budget.reserve_for(item("a", 100), meter)
+    assert first is not None and rendered == ["a"] and first.tokens == round((125 + 500 + 100) * 1.25)
+    budget.started("a")
+    assert budget.reserve_for(item("b", 50), meter) == first and rendered == ["a"]  # no longer: a's reserve
+    giant = budget.reserve_for(item("c", 200_000), meter)
+    assert rendered == ["a", "c"] and giant is not None and not budget.fits_alone(giant)
+    small = budget.reserve_for(item("d", 80), meter)
+    assert small == first  # the shortest rendered item at least as long: a, not the giant
+    meter.paid("x", {"x": {"model": "m", "requests": 1, "input_tokens": 99_000, "output_tokens": 0}})
+    assert budget.reserve_for(item("e", 10), meter) is not None and rendered[-1] == "e"  # near the limit: its own

@@ -205,7 +205,7 @@ def test_show_metaeval_and_report_read_the_run_s_totals(openai_server, tmp_path:
     capsys.readouterr()
     assert main(["show", str(out)]) == 0
     text = capsys.readouterr().out
-    assert f"10 of 10 items done" in text and f"over 2 invocation(s): {total:,} requests" in text
+    assert "10 of 10 items done" in text and f"over 2 invocation(s): {total:,} requests" in text
     assert "killed before its end" in text
     assert main(["show", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["totals"]["requests"] == total
@@ -409,3 +409,21 @@ def test_attempts_are_the_http_requests_the_server_saw_over_every_invocation(ope
     assert counts["attempts"] == len(server.requests)
     assert counts["requests"] == len(server.billed) == spend_of(out)["requests"]
     assert sum(i["counts"]["attempts"] for i in manifest_of(out)["invocations"]) == counts["attempts"]
+
+
+def test_a_batch_collected_twice_is_paid_once(openai_server, tmp_path: Path) -> None:
+    """Reconciled with batches.jsonl: a process killed after recording a batch's answers but before marking it
+    collected collects it again at the resume; its lines are not recorded twice."""
+    server = openai_server(batch_responder)
+    out = tmp_path / "run"
+    assert main(chateval(server, out, "--dataset", "faireval", "--limit", "3", "--batch", "--batch-poll", "0.01",
+                         "--prices", str(prices_file(tmp_path)), model="gpt-4o-mini")) == 0
+    assert_books_balance(out, server, batch=True)
+    before = spend_of(out)
+    ledger = out / "batches.jsonl"
+    events = ledger.read_text().splitlines()
+    assert [json.loads(e)["event"] for e in events[-2:]] == ["collected", "settled"]
+    ledger.write_text("".join(line + "\n" for line in events[:-2]))  # as if killed before "collected"
+    assert main(["eval", "--resume", str(out)]) == 0
+    assert [e["event"] for e in read_batch_events(out)][-2:] == ["collected", "settled"]  # collected again
+    assert spend_of(out) == before and len(server.billed) == 3 * PER_ITEM

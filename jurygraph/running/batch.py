@@ -141,12 +141,16 @@ class BatchRounds:
                                              "compile it with one", exit_code=2))
                 return
             items = [item async for item in self._admitted()]
+            # every batch the ledger has not settled is collected, even when no item is left to need it: its lines
+            # were paid, and are recorded as they are collected
+            await self._collect_open()
             while items and not run.aborted:
-                await self._collect_open()
                 items = [item for item in await self._advance_all(app, items) if item is not None]
                 self._settle()
                 if items and not run.aborted:
                     await self._submit()
+                    await self._collect_open()
+            self._settle()
         except asyncio.CancelledError:
             run.summary.interrupted = True
         finally:

@@ -23,6 +23,7 @@ at its budget, counting what the earlier invocations spent.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -34,6 +35,7 @@ from jurygraph.running.ledger import UNATTRIBUTED, Ledger, Payment, PostgresLedg
 from jurygraph.running.rundir import SpendFigures, SpendFile, write_spend
 
 RESERVE_MARGIN = 1.25
+RENDER_WITHIN = 20  # render every item once what is left of a limit is within this many of the largest reserves
 
 
 @dataclass
@@ -209,28 +211,67 @@ class Budget:
     price_item: Callable[[Any], Spend] | None = None
     reserves: dict[str, Spend] = field(default_factory=dict)  # each item's, once rendered
     held_back: dict[str, str] = field(default_factory=dict)  # item id -> why it was not started
-    largest: Spend | None = None  # the largest reserve given so far
+    largest: Spend | None = None  # the largest reserve an item started with
+    # (item size, reserve) of the items rendered, by size: an item of a size seen takes the next one's reserve
+    _rendered: list[tuple[int, Spend]] = field(default_factory=list)
 
-    def reserve_for(self, item: Any) -> Spend | None:
-        """What ``item`` may spend: its own rendering times ``RESERVE_MARGIN``, else the largest reserve so far (or
-        the estimate's); None when there is none at all (the item is held back)."""
+    def reserve_for(self, item: Any, meter: SpendMeter) -> Spend | None:
+        """What ``item`` may spend: its own rendering times ``RESERVE_MARGIN``, else the largest reserve an item
+        started with (or the estimate's); None when there is none at all (the item is held back).
+
+        Rendering costs ~2-4 ms a call, so far from the limit it is spared: an item whose text is no longer than an
+        item already rendered takes the reserve of the shortest such item (an item's calls grow with its text). An
+        item longer than any rendered, and every item once what is left is within ``RENDER_WITHIN`` of the largest
+        reserves of a limit, is rendered."""
         found = self.reserves.get(item.id)
         if found is not None:
             return found
-        own: Spend | None = None
-        if self.price_item is not None:
-            try:
-                own = self.price_item(item)
-            except Exception:  # an item the protocol cannot render: the largest reserve stands in for it
-                own = None
-        reserve = own.scaled(RESERVE_MARGIN) if own is not None and own.requests else \
-            (self.largest or self.reserve)
+        size = len(item.model_dump_json(exclude_none=True))
+        at = bisect.bisect_left(self._rendered, (size,))
+        reserve: Spend | None
+        if at < len(self._rendered) and not self._near(meter):
+            reserve = self._rendered[at][1]
+        else:
+            own: Spend | None = None
+            if self.price_item is not None:
+                try:
+                    own = self.price_item(item)
+                except Exception:  # an item the protocol cannot render: the largest reserve stands in for it
+                    own = None
+            if own is not None and own.requests:
+                reserve = own.scaled(RESERVE_MARGIN)
+                bisect.insort(self._rendered, (size, reserve), key=lambda entry: entry[0])
+            else:
+                reserve = self.largest or self.reserve
         if reserve is None or not reserve.requests:
             return None
         self.reserves[item.id] = reserve
-        if self.largest is None or (reserve.tokens, reserve.usd) > (self.largest.tokens, self.largest.usd):
-            self.largest = reserve
         return reserve
+
+    def started(self, item_id: str) -> None:
+        """An item was admitted: the largest reserve given (what the manifest and the last line say an item may
+        spend) grows to its reserve."""
+        reserve = self.reserves.get(item_id)
+        if reserve is not None and (self.largest is None or
+                                    (reserve.tokens, reserve.usd) > (self.largest.tokens, self.largest.usd)):
+            self.largest = reserve
+
+    def _near(self, meter: SpendMeter) -> bool:
+        """Whether what is left of a limit (less what the items in flight may still spend) is within
+        ``RENDER_WITHIN`` of the largest reserves."""
+        largest = self.largest or self.reserve or self.most() or Spend()
+        cost, tokens = self._committed(meter)
+        return (self.max_cost_usd is not None and self.max_cost_usd - cost < RENDER_WITHIN * largest.usd) or \
+            (self.max_total_tokens is not None and self.max_total_tokens - tokens < RENDER_WITHIN * largest.tokens)
+
+    def _committed(self, meter: SpendMeter) -> tuple[float, int]:
+        """What was spent plus what the items in flight may still spend (USD, tokens)."""
+        cost, tokens = meter.total.usd, meter.total.tokens
+        for item_id, spent in meter.in_flight.items():
+            held = self.reserves.get(item_id) or self.reserve or Spend()
+            cost += max(0.0, held.usd - spent.usd)
+            tokens += max(0, held.tokens - spent.tokens)
+        return cost, tokens
 
     def fits_alone(self, reserve: Spend) -> bool:
         """Whether the item could fit the budget at all (nothing spent, nothing in flight)."""
@@ -239,12 +280,8 @@ class Budget:
     def admits(self, meter: SpendMeter, reserve: Spend) -> bool:
         """Whether an item of this reserve may start: spent + the in-flight items' remaining reserves + its reserve
         stay within every limit."""
-        cost, tokens = meter.total.usd + reserve.usd, meter.total.tokens + reserve.tokens
-        for item_id, spent in meter.in_flight.items():
-            held = self.reserves.get(item_id) or self.reserve or Spend()
-            cost += max(0.0, held.usd - spent.usd)
-            tokens += max(0, held.tokens - spent.tokens)
-        return self._within(cost, tokens)
+        cost, tokens = self._committed(meter)
+        return self._within(cost + reserve.usd, tokens + reserve.tokens)
 
     def _within(self, cost: float, tokens: int) -> bool:
         return (self.max_cost_usd is None or cost <= self.max_cost_usd) and \
@@ -291,8 +328,9 @@ class Budget:
         if self.max_total_tokens is not None:
             parts.append(f"{meter.total.tokens:,} tokens of --max-total-tokens {self.max_total_tokens:,}")
         line = ("budget reached: " if stopped or self.held_back else "budget passed: ") + ", ".join(parts)
-        if self.largest is not None:
-            line += f"; an item may spend up to {self.largest.shown()}"
+        most = self.most()
+        if most is not None:
+            line += f"; an item may spend up to {most.shown()}"
         over = self.overrun(meter)
         if over:
             amounts = ([f"${over['cost_usd']:.4f}"] if "cost_usd" in over else []) + \
@@ -305,9 +343,17 @@ class Budget:
             line += f"; held back: {'; '.join(shown)}{more}"
         return line
 
+    def most(self) -> Spend | None:
+        """What an item may spend at most: the largest reserve an item started with (else, when none started, the
+        largest any item was given)."""
+        if self.largest is not None or not self.reserves:
+            return self.largest
+        return max(self.reserves.values(), key=lambda reserve: (reserve.tokens, reserve.usd))
+
     def as_json(self, meter: SpendMeter) -> dict[str, Any]:
+        most = self.most()
         return {"max_cost_usd": self.max_cost_usd, "max_total_tokens": self.max_total_tokens,
-                "reserve_per_item": self.largest.as_json() if self.largest else None,
+                "reserve_per_item": most.as_json() if most else None,
                 "held_back": dict(self.held_back), "overrun": self.overrun(meter)}
 
     @classmethod

@@ -536,12 +536,13 @@ class _Run:
         if self.budget is None:
             self.meter.started(item.id)
             return "start"
-        reserve = self.budget.reserve_for(item)
+        reserve = self.budget.reserve_for(item, self.meter)
         if reserve is None or not self.budget.fits_alone(reserve):
             self.budget.hold(item.id, reserve, self.meter, alone=True)
             return "skip"
         if self.budget.admits(self.meter, reserve):
             self.meter.started(item.id)
+            self.budget.started(item.id)
             return "start"
         if self.stopped or not self.meter.in_flight or not wait:
             self.stopped = "budget"

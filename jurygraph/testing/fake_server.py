@@ -212,13 +212,18 @@ class FakeServer(LocalServer):
 
             def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, *,
                       content_type: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    for key, value in (headers or {}).items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # the client went away first (a run stopped, its calls in flight cancelled; a timeout): as a
+                    # real server, write nothing more and print nothing
+                    self.close_connection = True
 
             def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(body).encode(), headers)
