@@ -204,7 +204,10 @@ def connected(options: RayOptions) -> Iterator[Cluster]:
         try:
             if options.address == LOCAL:
                 with _loopback_node():
-                    ray.init(num_cpus=max(os.cpu_count() or 1, options.workers or 0), _node_ip_address="127.0.0.1",
+                    # address="local": a new cluster even when one runs on this machine (without an address, Ray
+                    # joins the latest cluster started here, /tmp/ray/ray_current_cluster: anyone's)
+                    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, options.workers or 0),
+                             _node_ip_address="127.0.0.1",
                              include_dashboard=options.dashboard, dashboard_host="127.0.0.1",
                              # records and shards are small: a small object store keeps a laptop's memory free
                              object_store_memory=256 * 1024**2, **common)
