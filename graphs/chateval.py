@@ -35,7 +35,13 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph.graphs.wiring import exit_when, replace_edges, turn_boundaries
-from jurygraph.judging.aggregation import AGGREGATE_METHODS, AggregateMethod, consensus
+from jurygraph.judging.aggregation import (
+    AGGREGATE_METHODS,
+    UNREADABLE_RULES,
+    AggregateMethod,
+    UnreadableRule,
+    consensus,
+)
 from jurygraph.judging.state import JuryState, judgments_of, merge_dicts
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
@@ -77,7 +83,8 @@ def strategy_plan(strategy: str, names: Sequence[str], turns: int) -> list[TurnP
 def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[TurnPlan], *,
                summarize: bool = False, summary_mode: SummaryMode = "append",
                template: ChatEvalTemplate | None = None, summary_template: str | None = None,
-               after: str = START, judge_every_turn: bool = False) -> str:
+               after: str = START, judge_every_turn: bool = False,
+               unreadable: UnreadableRule | str = "missing") -> str:
     """Add the speaking nodes of ``plan`` to ``builder`` and wire them; returns the last node.
 
     A group of one referee speaks straight into everyone's history. A group of several speaks in one
@@ -85,6 +92,7 @@ def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[
     passes the round on. Every referee hears every message, its own included, as in the original code;
     a referee's last turn in the plan carries the answer form and yields its judgment (with
     ``judge_every_turn``, every turn does: early stop and the devil's advocate need each round's judgments).
+    ``unreadable``: how a judging turn treats an unreadable reply (:func:`~jurygraph.nodes.referee.make_referee_node`).
     """
     by_name = {r.name: r for r in referees}
     audience = [r.name for r in referees]
@@ -103,7 +111,7 @@ def wire_turns(builder: StateGraph, referees: Sequence[Referee], plan: Sequence[
                 final = judge_every_turn or last_turn[referee.name] == t
                 builder.add_node(node, make_referee_node(referee, t, final=final, audience=audience,
                                                          buffered=buffered, template=template,
-                                                         record_round=judge_every_turn))
+                                                         record_round=judge_every_turn, unreadable=unreadable))
                 builder.add_edge(previous, node)
                 nodes.append(node)
             if not buffered:
@@ -138,6 +146,7 @@ def create_chateval(
     consensus_tolerance: float = 0.0,
     record_rounds: bool = False,
     judge_every_turn: bool = False,
+    unreadable: UnreadableRule | str = "missing",
     state_schema: type[Any] = ChatEvalState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -155,6 +164,11 @@ def create_chateval(
     ``detail["rounds"]`` records the round it stopped at. ``record_rounds`` records it without stopping, and
     ``judge_every_turn`` asks for the answer form every turn without stopping (for hybrids that edit the
     hand-overs themselves, e.g. :func:`jurygraph.graphs.devil.create_chateval_devil`).
+
+    ``unreadable``: a final reply that cannot be read is re-asked once with the format reminder and then a missing
+    judgment, left out of the verdict and counted (``"missing"``, jurygraph's rule, default); or, as the released
+    code, the same prompt is sent again up to 3 times in all and a pairwise item with an unreadable judgment is a
+    tie (``"code"``; the scoring script's ``except``: "tie"; score items keep the judgment missing).
     """
     if turns < 1:
         raise ValueError("turns must be at least 1")
@@ -167,16 +181,19 @@ def create_chateval(
         raise ValueError(f"stop_when must be one of {', '.join(STOP_WHEN)} or None, not {stop_when!r}")
     if consensus_tolerance < 0:
         raise ValueError("consensus_tolerance must be at least 0")
+    if unreadable not in UNREADABLE_RULES:
+        raise ValueError(f"unreadable must be one of {', '.join(UNREADABLE_RULES)}, not {unreadable!r}")
     panel = chateval_personas(personas, referees)
     plan = strategy_plan(strategy, [r.name for r in panel], turns)
     builder = StateGraph(state_schema, context_schema=context_schema)
     frame = ChatEvalTemplate(template, final_prompt)
     last = wire_turns(builder, panel, plan, summarize=strategy == "summarizer", summary_mode=summary_mode,
                       template=frame, summary_template=summary_template,
-                      judge_every_turn=judge_every_turn or stop_when is not None)
+                      judge_every_turn=judge_every_turn or stop_when is not None, unreadable=unreadable)
     names = [r.name for r in panel]
     annotate = rounds_detail(names, turns, consensus_tolerance) if stop_when or record_rounds else None
-    builder.add_node("aggregate", make_aggregator_node(names, method=aggregate, annotate=annotate))
+    builder.add_node("aggregate", make_aggregator_node(names, method=aggregate, annotate=annotate,
+                                                       unreadable=unreadable))
     builder.add_edge(last, "aggregate")
     builder.add_edge("aggregate", END)
     if stop_when == "consensus":

@@ -27,8 +27,10 @@ from langgraph.graph import END, START, StateGraph
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.debate import (
+    SUMMEVAL_TEMPLATES,
     CriticPersona,
     NoIssueRule,
+    SummEvalTemplates,
     make_commander_node,
     make_critic_node,
     make_finalize_node,
@@ -68,6 +70,7 @@ def create_debate(
     commander_llm: bool = False,
     template: str | None = None,
     no_issue_rule: NoIssueRule | str = "paper",
+    summeval_templates: SummEvalTemplates | str = "geval",
     state_schema: type[Any] = DebateState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -82,20 +85,27 @@ def create_debate(
     ``template``: a predefined template replacing the built-in one (same slots).
     ``no_issue_rule``: when a Critic reply ends the debate -- ``"paper"`` (Algorithm 1 line 8, the capitals
     NO ISSUE anywhere in the reply; default) or ``"strict"`` (the token must stand alone or open the reply,
-    so "no issue with X, but ..." continues). Every call is at temperature 0, top_p 1. The verdict's
-    ``detail`` says how the debate ended and lists every score the Scorer gave.
+    so "no issue with X, but ..." continues). ``summeval_templates``: SummEval's consistency, fluency and
+    relevance templates -- ``"geval"`` (G-Eval's released ``*_detailed.txt``, which the paper says its templates
+    follow; default) or ``"jurygraph"`` (the project's own in the frame of G.2); coherence is G.2 either way.
+    Every call is at temperature 0, top_p 1. The verdict's ``detail`` says how the debate ended and lists every
+    score the Scorer gave.
     """
     if max_iterations < 1:
         raise ValueError("max_iterations must be at least 1 (Algorithm 1 runs i = 1..n)")
     persona = CriticPersona.of(critic)
+    if summeval_templates not in SUMMEVAL_TEMPLATES:
+        raise ValueError(f"unknown SummEval templates {summeval_templates!r}; choose one of "
+                         f"{', '.join(SUMMEVAL_TEMPLATES)}")
     builder = StateGraph(state_schema, context_schema=context_schema)
-    commander = make_commander_node(persona, max_iterations, tie_breaker, template, llm=commander_llm)
+    commander = make_commander_node(persona, max_iterations, tie_breaker, template, llm=commander_llm,
+                                    summeval_templates=summeval_templates)
     builder.add_node("commander", commander)
-    builder.add_node("scorer", make_scorer_node(template))
+    builder.add_node("scorer", make_scorer_node(template, summeval_templates=summeval_templates))
     builder.add_node("critic", make_critic_node(no_issue_rule=no_issue_rule))
     builder.add_node("finalize", make_finalize_node(persona, max_iterations))
     if tie_breaker:
-        builder.add_node("tie_breaker", make_tie_breaker_node(template))
+        builder.add_node("tie_breaker", make_tie_breaker_node(template, summeval_templates=summeval_templates))
         builder.add_edge("tie_breaker", "finalize")
     labels = _edge_labels(tie_breaker)
     by_node = {node: str(label) for label, node in labels.items()}

@@ -9,7 +9,7 @@ from langgraph.graph import END, START, StateGraph
 
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
-from jurygraph.nodes.geval import Estimator, make_form_filling_node
+from jurygraph.nodes.geval import MAX_TOKENS, Estimator, OffScale, make_form_filling_node
 
 
 def create_geval(
@@ -20,13 +20,18 @@ def create_geval(
     template: str | None = None,
     agent: str = "G-Eval",
     fluency_scale: int = 3,
+    max_tokens: int | None = MAX_TOKENS["geval"],
+    off_scale: OffScale | str = "keep",
     state_schema: type[Any] = JuryState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
     """An uncompiled G-Eval graph for score items: the aspect's G-Eval prompt, "Evaluation Form (scores ONLY)".
 
     SummEval's prompts are G-Eval's released ``*_detailed.txt``; fluency is rated 1-3 as released
-    (``fluency_scale=5``: the project's 1-5 variant). Samples at ``temperature`` with top_p 1.
+    (``fluency_scale=5``: the project's 1-5 variant). Samples at ``temperature`` with top_p 1 and
+    ``max_tokens`` 5, as the released ``gpt4_eval.py`` sends (the paper gives none; ``None``: not sent).
+    ``off_scale``: a sample's score off the prompt's scale ("4" on the 1-3 fluency) is kept, as the released
+    ``meta_eval_summeval.py`` keeps the number (``"keep"``), or left out as a missing judgment (``"drop"``).
 
     ``estimator="samples"``: mean of ``n`` replies sampled at ``temperature`` (one request with native n
     where supported). ``"logprobs"``: probability-weighted score from the score token's log-probabilities,
@@ -34,7 +39,8 @@ def create_geval(
     """
     return _one_evaluator(make_form_filling_node(agent=agent, style="geval", estimator=estimator, n=n,
                                                  temperature=temperature, template=template,
-                                                 fluency_scale=fluency_scale),
+                                                 fluency_scale=fluency_scale, max_tokens=max_tokens,
+                                                 off_scale=off_scale),
                           "geval", state_schema, context_schema)
 
 
@@ -46,14 +52,18 @@ def create_analyze_rate(
     template: str | None = None,
     agent: str = "Analyze-Rate",
     fluency_scale: int = 3,
+    max_tokens: int | None = MAX_TOKENS["analyze-rate"],
+    off_scale: OffScale | str = "keep",
     state_schema: type[Any] = JuryState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
     """An uncompiled Analyze-Rate graph: G-Eval's prompt asking for "Analysis:" first, then the rating
-    (samples at ``temperature``, top_p 1, max_tokens 256)."""
+    (samples at ``temperature``, top_p 1, ``max_tokens`` 256). ``off_scale`` as :func:`create_geval`'s (Analyze-Rate's
+    released meta-evaluation script also keeps an off-scale number)."""
     return _one_evaluator(make_form_filling_node(agent=agent, style="analyze-rate", estimator=estimator, n=n,
                                                  temperature=temperature, template=template,
-                                                 fluency_scale=fluency_scale),
+                                                 fluency_scale=fluency_scale, max_tokens=max_tokens,
+                                                 off_scale=off_scale),
                           "analyze_rate", state_schema, context_schema)
 
 

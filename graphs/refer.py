@@ -10,15 +10,18 @@ Decisions where the paper is silent:
 - C_final (Algorithm 1's "Choose 1"): the first sample whose rating is closest to the mean (for reasoning:
   the first sample giving the majority answer); every sample's comment and rating stay in the verdict.
 - Reasoning with n > 1: the final answer is the majority of the samples' answers; a tie gives no answer.
-- A peer whose reply cannot be read, or whose model fails for good, is left out of the area chair's prompt
-  (which then says "two" instead of "three" models and numbers the rest First, Second, ...) and is counted
-  in ``verdict.detail["missing_peers"]``. A missing key or an unknown model is raised, not hidden.
+- A peer whose reply cannot be read, or whose model fails for good, is a blank evaluation (``" "``) in its
+  place in the area chair's prompt, which still names every peer ("three" models), as the released scripts
+  pass it; ``missing_peers="omit"`` (CLI ``--missing-peers omit``) leaves it out instead (the prompt then says
+  "two" and numbers the rest First, Second, ...). Either way it is counted in
+  ``verdict.detail["missing_peers"]``. A missing key or an unknown model is raised, not hidden.
 - Generation parameters follow Appendix C: peers use the provider's defaults (temperature not sent) with
   max_tokens 128 (NLG) or 192 (multimodal); reasoning peers temperature 1, top_p 1, max_tokens 256; the area
   chair temperature 1, top_p 1, max_tokens 256 (reasoning: no limit), in both variants.
 - ReFeR-Lite is, by default, its own area-chair request with n = 1 (the paper: "n=20 (varies for ReFeR Lite
-  and Turbo)"). The released scripts instead take the first of Turbo's 20 samples: ``lite_from_turbo=True``
-  (CLI ``--lite-from-turbo``) does that, so a Turbo and a Lite run share one cached request.
+  and Turbo)"; the released Topical-Chat scripts also call the area chair with n = 1). ``lite_from_turbo=True``
+  (CLI ``--lite-from-turbo``, the project's option) takes the first of Turbo's 20 samples instead, so a Turbo
+  and a Lite run share one cached request.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.refer import FEEDBACK_MODES, Peer, make_area_chair_node, make_peer_node, template_for
+from jurygraph.nodes.refer import (
+    FEEDBACK_MODES,
+    MissingPeers,
+    Peer,
+    make_area_chair_node,
+    make_peer_node,
+    template_for,
+)
 
 Variant = Literal["turbo", "lite"]
 VARIANTS: tuple[str, ...] = ("turbo", "lite")
@@ -83,6 +93,7 @@ def create_refer(
     template: str | None = None,
     prompt_file: str | Path | None = None,
     lite_from_turbo: bool = False,
+    missing_peers: MissingPeers | str = "blank",
     state_schema: type[Any] = ReferState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -94,8 +105,10 @@ def create_refer(
     come from the item's dataset/aspect or task (Appendix N), a named ``template`` (e.g. 'aqua', 'icqd'),
     or a ``prompt_file`` (e.g. written by ``jurygraph autoprompt``). The verdict holds the final score (or
     answer), the chosen comment and every sample's comment and rating. ``lite_from_turbo`` (Lite only): the
-    area chair sends Turbo's request (n = 20) and the verdict is its first sample, as the released scripts
-    compute Lite. Generation parameters are Appendix C's (see the module docstring).
+    area chair sends Turbo's request (n = 20) and the verdict is its first sample. ``missing_peers``: a peer
+    whose judgment is missing is a blank evaluation in the area chair's prompt, the count of models kept, as
+    the released scripts do (``"blank"``), or left out (``"omit"``). Generation parameters are Appendix C's
+    (see the module docstring).
     """
     panel = refer_peers(peers)
     n = variant_samples(variant, samples)
@@ -112,7 +125,7 @@ def create_refer(
     builder.add_node(AREA_CHAIR, make_area_chair_node([p.name for p in panel], choose,
                                                       samples=TURBO_SAMPLES if lite_from_turbo else n,
                                                       temperature=temperature, feedback=feedback,
-                                                      use_first=lite_from_turbo))
+                                                      use_first=lite_from_turbo, missing_peers=missing_peers))
     builder.add_edge([p.name for p in panel], AREA_CHAIR)  # the barrier: the area chair waits for every peer
     builder.add_edge(AREA_CHAIR, END)
     return builder

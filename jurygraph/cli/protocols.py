@@ -29,15 +29,15 @@ from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import AREA_CHAIR, VARIANTS, create_refer, create_refer_peer, variant_samples
 from jurygraph.graphs.single import create_single_agent
-from jurygraph.judging.aggregation import AGGREGATE_METHODS
+from jurygraph.judging.aggregation import AGGREGATE_METHODS, CODE_ATTEMPTS, UNREADABLE_RULES
 from jurygraph.judging.benchmarks import task_of
 from jurygraph.judging.doubt import SIGNALS, parse_conditions
 from jurygraph.judging.items import TaskKind
 from jurygraph.llm.models import ModelSpec
-from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES
+from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES, SUMMEVAL_TEMPLATES
 from jurygraph.nodes.discussion import SUMMARY_MODES
-from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES
-from jurygraph.nodes.refer import FEEDBACK_MODES
+from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES, OFF_SCALE
+from jurygraph.nodes.refer import FEEDBACK_MODES, MISSING_PEERS
 
 
 @dataclass
@@ -96,6 +96,10 @@ OPTIONS: list[Option] = [
     option("--aggregate", choices=AGGREGATE_METHODS, default="average",
            help="ChatEval pairwise verdict: compare each assistant's average score over the referees (default, "
                 "the paper) or a majority vote of their labels"),
+    option("--unreadable", choices=UNREADABLE_RULES, default="missing",
+           help="ChatEval: a final reply that cannot be read is re-asked once with the format reminder, then a missing "
+                "judgment left out of the verdict (default, jurygraph's rule); code = as the released code, the same "
+                "prompt up to 3 times, then a pairwise item with an unreadable judgment is a tie"),
     option("--stop-when", choices=STOP_WHEN, default=None,
            help="ChatEval (jurygraph's own, not the paper): consensus = judge every round and stop as soon as the "
                 "referees agree (pairwise: the same winner; scores: within --consensus-tolerance)"),
@@ -119,6 +123,9 @@ OPTIONS: list[Option] = [
            help="DEBATE (and chateval --devil): when the Critic ends the debate: paper = 'NO ISSUE' anywhere in the "
                 "reply (Algorithm 1, "
                 "default); strict = the token alone on a line or opening the reply"),
+    option("--summeval-templates", choices=SUMMEVAL_TEMPLATES, default="geval",
+           help="DEBATE on SummEval consistency/fluency/relevance: geval = G-Eval's released prompts, which the paper "
+                "says its templates follow (default; fluency 1-3), or jurygraph = the project's own (1-5)"),
     option("--commander-llm", action="store_true",
            help="DEBATE: the Commander's model words its request to the Scorer (one more call)"),
     option("--peers", default=None, metavar="SPEC,SPEC,...",
@@ -129,11 +136,14 @@ OPTIONS: list[Option] = [
     option("--samples", type=int, default=None,
            help="number of samples n (ReFeR-Turbo's area chair: default 20; G-Eval/Analyze-Rate: default 20)"),
     option("--lite-from-turbo", action="store_true",
-           help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (the released scripts) instead of "
-                "its own n = 1 request (the paper)"),
+           help="ReFeR-Lite: take the first of Turbo's 20 area-chair samples (jurygraph's option: a Turbo and a Lite "
+                "run share one cached request) instead of its own n = 1 request (the paper)"),
     option("--peer-discussion", type=int, default=0, metavar="R",
            help="ReFeR (jurygraph's own, not the paper): the peers discuss R rounds one-by-one after their reviews, "
                 "before the area chair reads their final reviews (default 0: no discussion)"),
+    option("--missing-peers", choices=MISSING_PEERS, default="blank",
+           help="ReFeR: a peer whose judgment is missing is a blank evaluation in the area chair's prompt, the count "
+                "of models kept, as the released scripts (default), or omitted (the prompt names one model fewer)"),
     option("--feedback", choices=FEEDBACK_MODES, default="score",
            help="ReFeR: what peers pass to the area chair (default: score, the paper's best)"),
     option("--refer-template", default=None,
@@ -150,6 +160,9 @@ OPTIONS: list[Option] = [
     option("--fluency-scale", type=int, choices=FLUENCY_SCALES, default=3,
            help="G-Eval/Analyze-Rate on SummEval fluency: 3 = G-Eval's released 1-3 prompt (default), 5 = the "
                 "project's 1-5 variant"),
+    option("--off-scale", choices=OFF_SCALE, default="keep",
+           help="G-Eval/Analyze-Rate: a sample's score off the prompt's scale is kept, as the released meta-evaluation "
+                "scripts keep it (default), or dropped as a missing judgment"),
     option("--calibrate", choices=MODES, default=None,
            help="pairwise tasks: FairEval's balanced position calibration (bpc), multiple evidence calibration "
                 "(mec) or both, around the chosen protocol"),
@@ -194,9 +207,11 @@ def _chateval_plan(params: dict[str, Any]) -> int:
     referees, turns = _panel_size(params), int(params.get("turns") or 2)
     summaries = turns - 1 if params.get("strategy") == "summarizer" else 0
     devils = turns - 1 if params.get("devil") else 0
-    # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil
+    # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil; with the
+    # released code's rule it may be sent twice more instead
     judged_turns = turns if params.get("stop_when") or params.get("devil") else 1
-    return referees * turns + summaries + devils + referees * judged_turns
+    again = CODE_ATTEMPTS - 1 if params.get("unreadable") == "code" else 1
+    return referees * turns + summaries + devils + referees * judged_turns * again
 
 
 def _debate_plan(params: dict[str, Any]) -> int:
@@ -235,7 +250,7 @@ def _chateval(args: argparse.Namespace) -> ProtocolSetup:
     options: dict[str, Any] = {"referees": args.agents, "personas": args.personas, "turns": args.turns,
                                "strategy": args.strategy, "summary_mode": args.summary_mode,
                                "aggregate": args.aggregate, "stop_when": args.stop_when,
-                               "consensus_tolerance": args.consensus_tolerance}
+                               "consensus_tolerance": args.consensus_tolerance, "unreadable": args.unreadable}
     if args.devil:
         graph = create_chateval_devil(critic=args.critic, no_issue_rule=args.no_issue_rule, **options)
     else:
@@ -249,12 +264,16 @@ def _chateval(args: argparse.Namespace) -> ProtocolSetup:
         params.update(stop_when=args.stop_when, consensus_tolerance=args.consensus_tolerance)
     if args.devil:
         params.update(devil=True, critic=args.critic, no_issue_rule=args.no_issue_rule)
+    if args.unreadable != "missing":
+        params["unreadable"] = args.unreadable
     return ProtocolSetup(graph, {}, params)
 
 
 def _debate(args: argparse.Namespace) -> ProtocolSetup:
     params = {"critic": args.critic, "max_iterations": args.max_iterations, "tie_breaker": args.tie_breaker,
               "commander_llm": args.commander_llm, "no_issue_rule": args.no_issue_rule}
+    if args.summeval_templates != "geval":  # recorded when chosen, so a default run's manifest is unchanged
+        params["summeval_templates"] = args.summeval_templates
     return ProtocolSetup(create_debate(**params), {}, params)
 
 
@@ -265,7 +284,7 @@ def _refer(args: argparse.Namespace) -> ProtocolSetup:
         "peers": len(specs) or 3, "variant": args.variant,
         "samples": None if args.variant == "lite" and args.samples in (None, 1) else args.samples,
         "feedback": args.feedback, "template": args.refer_template, "prompt_file": args.prompt_file,
-        "lite_from_turbo": args.lite_from_turbo}
+        "lite_from_turbo": args.lite_from_turbo, "missing_peers": args.missing_peers}
     rounds = args.peer_discussion or 0
     graph = create_refer_discussion(rounds=rounds, **options) if rounds else create_refer(**options)
     models: dict[str, Any] = {f"peer_{i}": ModelSpec.parse(spec, base_url=base_url)
@@ -278,6 +297,8 @@ def _refer(args: argparse.Namespace) -> ProtocolSetup:
               "lite_from_turbo": args.lite_from_turbo}
     if rounds:
         params["peer_discussion"] = rounds
+    if args.missing_peers != "blank":  # recorded when chosen, so a default run's manifest is unchanged
+        params["missing_peers"] = args.missing_peers
     return ProtocolSetup(graph, models, params, every_agent_has_a_model=bool(specs and args.area_chair))
 
 
@@ -295,10 +316,12 @@ def _form_filling(factory: Callable[..., StateGraph]) -> Callable[[argparse.Name
     def build(args: argparse.Namespace) -> ProtocolSetup:
         n = args.samples or 20
         graph = factory(estimator=args.estimator, n=n, temperature=args.sample_temperature,
-                        fluency_scale=args.fluency_scale)
-        return ProtocolSetup(graph, {}, {"samples": n, "estimator": args.estimator,
-                                         "temperature": args.sample_temperature,
-                                         "fluency_scale": args.fluency_scale})
+                        fluency_scale=args.fluency_scale, off_scale=args.off_scale)
+        params = {"samples": n, "estimator": args.estimator, "temperature": args.sample_temperature,
+                  "fluency_scale": args.fluency_scale}
+        if args.off_scale != "keep":  # recorded when chosen, so a default run's manifest is unchanged
+            params["off_scale"] = args.off_scale
+        return ProtocolSetup(graph, {}, params)
 
     return build
 
@@ -318,19 +341,20 @@ def _faireval_baseline(setup: ProtocolSetup, mode: str, args: argparse.Namespace
 # the options of every pairwise protocol: FairEval's calibrations around it
 _CALIBRATION = ("calibrate", "mec_k", "mec_temperature")
 _PANEL = ("agents", "personas", "no_calibrate")
-_FORM_FILLING = ("samples", "estimator", "sample_temperature", "fluency_scale")
+_FORM_FILLING = ("samples", "estimator", "sample_temperature", "fluency_scale", "off_scale")
 
 PROTOCOLS: dict[str, Protocol] = {
     "chateval": Protocol("ChatEval multi-referee debate", _chateval, paper_positions=True, requests=_chateval_plan,
                          bounds=_chateval_bounds,
-                         options=(*_PANEL, "strategy", "turns", "summary_mode", "aggregate", "stop_when",
+                         options=(*_PANEL, "strategy", "turns", "summary_mode", "aggregate", "unreadable", "stop_when",
                                   "consensus_tolerance", "devil", "critic", "no_issue_rule", *_CALIBRATION)),
     "debate": Protocol("DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander", _debate,
                        requests=_debate_plan, bounds=_debate_bounds,
                        options=("critic", "max_iterations", "tie_breaker", "no_issue_rule", "commander_llm",
-                                *_CALIBRATION)),
+                                "summeval_templates", *_CALIBRATION)),
     "refer": Protocol("ReFeR: peer reviewers and an area chair", _refer, requests=_refer_plan,
-                      options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "feedback",
+                      options=("peers", "area_chair", "variant", "samples", "lite_from_turbo", "missing_peers",
+                               "feedback",
                                "refer_template", "prompt_file", "peer_discussion", *_CALIBRATION),
                       single_agent=lambda args: create_refer_peer(template=args.refer_template,
                                                                   prompt_file=args.prompt_file)),

@@ -451,12 +451,14 @@ def agreement_json(result: MethodResult, target: str) -> dict[str, Any]:
     """A method's (or member's) agreement on one target: its statistics, CIs and counts."""
     if result.labels is not None and result.labels.kind == target:
         lab = result.labels
-        return {"n": lab.n, "missing": lab.missing, "accuracy": _num(lab.accuracy), "kappa": _num(lab.kappa),
+        return {"n": lab.n, "missing": lab.missing, "unreadable": lab.data.unreadable,
+                "accuracy": _num(lab.accuracy), "kappa": _num(lab.kappa),
                 "ci": {s: _interval(i) for s, i in lab.intervals.items()}}
     aspect = result.aspects.get(target)
     if aspect is None:
         return {}
-    return {"n": aspect.correlation.n, "missing": aspect.missing, "level": aspect.level,
+    return {"n": aspect.correlation.n, "missing": aspect.missing, "unreadable": aspect.data.unreadable,
+            "level": aspect.level,
             **{s: _num(aspect.value(s)) for s in metrics.STATISTICS},
             "ci": {s: _interval(i) for s, i in aspect.intervals.items()}}
 
