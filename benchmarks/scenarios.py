@@ -685,19 +685,21 @@ def crash_money(settings: Settings) -> Result:
                             and time.monotonic() < deadline:
                         time.sleep(0.005)
                     finished_first = child.poll() is not None
+                    helpers = [] if finished_first else _descendants(child.pid)
                     if not finished_first:
-                        # a --ray local driver's cluster goes with it, but for two helper processes Ray leaves
-                        # running: they are this scenario's to end, by their ids
-                        helpers = _descendants(child.pid)
                         os.kill(child.pid, signal.SIGKILL)
-                        _end(helpers)
+                    # at the kill (a Ray driver's workers notice its death a moment later: what they pay meanwhile
+                    # is on record too, and counted by the resume)
+                    at_kill = server.stats()
+                    spend_at_kill = json.loads((out / "spend.json").read_text()) \
+                        if (out / "spend.json").exists() else {}
+                    ledger_at_kill = _ledger_requests(out)
+                    # a --ray local driver's cluster goes with it, but for two helper processes Ray leaves running:
+                    # they are this scenario's to end, by their ids
+                    _end(helpers)
                     child.wait()
                 if finished_first and not (out / MANIFEST).exists():
                     continue  # it never started: no run to resume
-                at_kill = server.stats()
-                spend_at_kill = json.loads((out / "spend.json").read_text()) if (out / "spend.json").exists() \
-                    else {}
-                ledger_at_kill = _ledger_requests(out)
                 # a batch the provider finished but the killed run had not collected is in flight (the resume
                 # collects it; nothing is sent again)
                 waiting = sum(e["requests"] for e in open_batches(read_batch_events(out)))
