@@ -3,15 +3,17 @@
 :class:`SpendMeter` hears every paid call as it is paid (``JuryContext.on_usage``, set per item by the runner) and
 records it in the run's ledger (:mod:`jurygraph.running.ledger`) before the call's answer is used; its figures are
 the ledger's sums, every invocation's and every process's (a Ray run's workers write the same ledger), and each
-item in flight's. ``RUN_DIR/spend.json`` is their summary, rewritten by the process that writes the run directory
-after each call it pays, whenever it reads what other processes paid, and at the end; every start recomputes it
-from the ledger. Cache hits cost nothing and are not counted.
+item in flight's. ``RUN_DIR/spend.json`` is their summary, handed to a writer thread by the process that writes the
+run directory after each call it pays and whenever it reads what other processes paid, and written before the run
+ends; every start recomputes it from the ledger. Cache hits cost nothing and are not counted.
 
 :class:`Budget` decides whether an item may start: only if what was spent, plus what the items in flight may still
 spend, plus what this item may spend stays within every limit. What an item may spend (its *reserve*) is its own:
 the item's calls rendered with replies at their output budget (loops at their longest; the dry run's rendering),
-times ``RESERVE_MARGIN`` for the tokenizer's approximation; an item that cannot be rendered takes the largest
-reserve of the run so far, and a reserve is never 0. An item in flight may still spend its reserve less what it has
+times ``RESERVE_MARGIN`` for the tokenizer's approximation (the run's cache is not consulted: a reserve is never
+0); an item that cannot be rendered takes the largest reserve of the run so far. Far from the limit an item no
+longer than one already rendered takes that one's reserve (rendering costs ~2-4 ms a call); near it, every item
+is rendered. An item in flight may still spend its reserve less what it has
 spent. An item whose reserve alone passes a limit is held back (it could never fit) and the run goes on with the
 next; the first item that does not fit what is left stops the run from starting items (both are named in the
 manifest's ``budget.held_back`` and in the line the run ends with, exit 3). The run can pass a limit only when an
@@ -129,7 +131,8 @@ class SpendMeter:
                 spent = self.payment(entry, item=item_id, agent=agent)
                 self.in_flight.setdefault(item_id, Spend()).add(Totals.of(spent))
                 continue
-            payments.append(self.payment(entry, item=item_id, agent=agent))
+            failed = not entry.get("requests") and entry.get("attempts")  # a call that raised: its attempts only
+            payments.append(self.payment(entry, item=item_id, agent=agent, source="failed" if failed else "online"))
         if payments:
             self.ledger.record_many(payments)
             self.refresh()
