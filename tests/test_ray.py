@@ -279,6 +279,14 @@ def test_several_nodes_share_postgres_checkpoints_and_cache(server: FakeOpenAISe
     with psycopg.connect(postgres_url) as conn:
         cached = conn.execute("SELECT COUNT(*) FROM jurygraph_llm_cache").fetchone()
     assert cached is not None and cached[0] == one_process["requests"]
+    # the workers on both nodes recorded what they paid in the shared database; the driver copied it into the run's
+    # ledger, whose sums are the spend
+    run_manifest = manifest(out)
+    with psycopg.connect(postgres_url) as conn:
+        recorded = conn.execute("SELECT SUM(requests) FROM jurygraph_ledger WHERE run = %s",
+                                (run_manifest["run_id"],)).fetchone()
+    assert recorded is not None and recorded[0] == one_process["requests"]
+    assert run_manifest["spend"]["requests"] == run_manifest["counts"]["requests"] == one_process["requests"]
 
 
 def test_cluster_options_need_ray_and_several_nodes_need_postgres(tmp_path: Path,
