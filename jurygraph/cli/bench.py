@@ -141,7 +141,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 options = parser.parse_args(shlex.split(text))
             except (argparse.ArgumentError, SystemExit) as err:
                 raise ValueError(f"--method {name}: cannot read {text!r} ({err})") from None
-            setup = build_protocol(options)
+            # the data is loaded: its task kinds decide the protocol's defaults (both orders on pairwise data)
+            try:
+                setup = build_protocol(options, {task for dataset in datasets.values() for task in dataset.tasks})
+            except ValueError as err:  # an unknown protocol, an option out of range: which method says it
+                raise type(err)(f"--method {name}: {err}") from None
             context = context_from_args(options, setup)
             check_gen_options(options, setup, context, next(iter(datasets.values()), []))
             planned.append((name, text, setup, context))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.cli.show import item_states
-from jurygraph.graphs.chateval import create_chateval
+from jurygraph.graphs.registry import DEFAULT, find
 from jurygraph.judging.state import transcript_data
 from jurygraph.llm.local_model import (
     INSTALL,
@@ -130,14 +130,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"jurygraph demo: ChatEval one-by-one, {' and '.join(personas)} x 2 turns, {args.items} FairEval items.")
     print(f"Model: {SMOKE_TEST_NOTICE}.")
     items = load_faireval().items[: args.items]
-    graph = create_chateval(strategy="one-by-one", personas=personas)
+    protocol = find(DEFAULT)  # ChatEval, at the paper's defaults: one-by-one, those 2 referees, 2 turns
+    built = protocol.create({"personas": ",".join(personas)})
+    graph = built.graph
     spec = ModelSpec(provider="local", model="smollm2-135m-instruct", max_tokens=args.max_tokens)
     # the demo's own token cap over ChatEval's 512 (as --gen '*.max_tokens=N' would): a smoke test, kept short
     context = JuryContext(default=spec, gen={"*": {"max_tokens": args.max_tokens}})
     live = CompactTranscript({node_id(name): name for name in personas})
     summary = run(graph, items, out_dir=out, context=context, concurrency=1,
                   resume=True, progress=False, on_token=live, on_result=live.verdict,
-                  manifest={"protocol": "chateval", "parameters": {"strategy": "one-by-one", "turns": 2},
+                  manifest={"protocol": protocol.name, "parameters": {**built.params, "protocol": protocol.name},
                             "models": {"default": spec.label}, "note": SMOKE_TEST_NOTICE})
     live.end_line()
     _earlier(out, [item.id for item in items if item.id not in live.shown], live.width)

@@ -12,7 +12,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph import StateGraph
 
 from jurygraph.cli.preflight import UsageError
-from jurygraph.cli.protocols import ProtocolSetup, escalation_setup, read_rubric
+from jurygraph.cli.protocols import ProtocolSetup, read_rubric
 from jurygraph.graphs.escalation import ESCALATION
 from jurygraph.judging.items import EvalItem
 from jurygraph.llm.limits import ProviderGates, parse_limits
@@ -125,8 +125,8 @@ def check_gen_options(args: argparse.Namespace, setup: ProtocolSetup, context: J
     if set(context.gen) - {ALL_AGENTS}:
         first = next(iter(items), None)
         graphs = [setup.graph]
-        if getattr(args, "escalate_when", None):
-            graphs.append(escalation_setup(setup, args).graph)
+        if setup.escalation_graph is not None:
+            graphs.append(setup.escalation_graph)
         agents = graph_agents(graphs, first, context) if first is not None else None
     check_gen(context, agents, str(setup.params.get("protocol") or args.protocol))
 

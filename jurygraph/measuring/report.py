@@ -29,6 +29,7 @@ from typing import Any
 
 from jurygraph.judging.doubt import decided_by, panel_verdict, parse_conditions, triggered
 from jurygraph.judging.items import SWAP_LABEL, TaskKind, as_item
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_reports, panel_records
 from jurygraph.measuring.metaeval import MethodResult, evaluate_records, latest_records
 from jurygraph.measuring.panel import (
@@ -42,7 +43,7 @@ from jurygraph.measuring.panel import (
 from jurygraph.measuring.position import PositionBias, is_reversed, position_table, run_biases
 from jurygraph.measuring.tables import Table, correlation_table, detail_table, label_table
 from jurygraph.nodes.conversation import judged_span
-from jurygraph.running.rundir import AWAITING_REVIEW
+from jurygraph.running.rundir import AWAITING_REVIEW, RunManifest
 
 # the texts of an item shown above its conversation, in this order
 ITEM_FIELDS = ("question", "source", "context", "fact", "response", "response_1", "response_2", "options")
@@ -63,6 +64,7 @@ class RunInput:
     views: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     diagram_png: bytes | None = None
     diagram_text: str | None = None  # mermaid, when Graphviz is absent
+    panel: PanelMembers | None = None  # who its panel's members are, as its protocol's spec says (None: its agents)
 
 
 # --- outcomes ---------------------------------------------------------------------------------------------
@@ -383,6 +385,57 @@ def summary_html(run: RunInput) -> str:
             f"(as <code>jurygraph draw</code> draws it)</figcaption></figure></div></section>")
 
 
+def spend_html(runs: Sequence[RunInput]) -> str:
+    """Spend per invocation: each ``jurygraph eval`` on the run directory (a resume, a pilot, one killed before its
+    end) with the items it finished, the calls it paid, their HTTP attempts, tokens, USD and wall time, then the
+    run's totals; the budget's limits, the items it held back and any overrun. From the manifest (its figures are
+    the spend ledger's), so an invocation killed half-way shows what it paid too."""
+    blocks = []
+    for run in runs:
+        manifest = RunManifest.model_validate(dict(run.manifest))
+        if not manifest.invocations:
+            continue
+        rows = []
+        for number, invocation in enumerate(manifest.invocations, start=1):
+            counts, spend = invocation.counts, invocation.spend
+            if invocation.ended is None and number < len(manifest.invocations):
+                how = "killed (no end recorded)"
+            else:
+                how = invocation.stopped or invocation.aborted or ("interrupted" if counts and counts.interrupted
+                                                                   else "finished")
+            rows.append([f"{number}{' (resume)' if invocation.resume else ''}", (invocation.at or "")[:19],
+                         _number(counts.done) if counts else "–", _number(spend.requests) if spend else "–",
+                         _number(counts.attempts) if counts else "–",
+                         f"{_number(spend.input_tokens)} + {_number(spend.output_tokens)}" if spend else "–",
+                         _usd(spend.cost_usd) if spend else "–",
+                         f"{counts.seconds:.1f} s" if counts else "–", how])
+        total = manifest.counts
+        rows.append(["run", "", _number(total.done), _number(total.requests), _number(total.attempts),
+                     f"{_number(total.input_tokens)} + {_number(total.output_tokens)}", _usd(total.cost_usd),
+                     f"{total.seconds:.1f} s", manifest.stopped or "–"])
+        notes = ["Requests, tokens and USD are the spend ledger's: every paid call, recorded before its answer was "
+                 "used (an invocation killed before its end included); USD at the prices of the time, – where no "
+                 "model had a price; attempts are the HTTP requests sent, retries included."]
+        budget = manifest.budget
+        if budget is not None:
+            limits = [f"--max-cost {budget.max_cost_usd:g}"] if budget.max_cost_usd is not None else []
+            limits += [f"--max-total-tokens {budget.max_total_tokens:,}"] if budget.max_total_tokens else []
+            notes.append(f"budget: {' and '.join(limits) or 'none'}"
+                         + (f"; over it by {budget.overrun}" if budget.overrun else "; within it"))
+            notes += [f"held back: {item} ({why})" for item, why in list(budget.held_back.items())[:10]]
+        table = Table(f"{run.name}: spend per invocation", ["invocation", "started (UTC)", "items done", "requests",
+                                                             "attempts", "tokens (in + out)", "USD", "wall time",
+                                                             "ended"], rows, notes=notes)
+        blocks.append(table_html(table))
+    if not blocks:
+        return ""
+    return "<section id='spend'><h2>Spend per invocation</h2>" + "".join(blocks) + "</section>"
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.4f}"
+
+
 def _figures(methods: Sequence[MethodResult]) -> list[str]:
     """The metaeval plots, as inline PNGs (none when matplotlib is not installed)."""
     try:
@@ -491,18 +544,19 @@ def panel_html(runs: Sequence[RunInput], *, resamples: int = 1000, seed: int = 0
     several judges."""
     names = [run.name for run in runs]
     records = [panel_records(list(run.records)) for run in runs]
-    by_run = member_position(names, records, [run.manifest for run in runs])
+    by_run = member_position(names, records, [run.manifest for run in runs], [run.panel for run in runs])
     parts, warnings = [], []
     for k, run in enumerate(runs):
         verdict = evaluate_records(records[k], run.name, resamples=resamples, seed=seed)
-        for panel in panel_diagnostics(run.name, records[k], verdict, resamples=resamples, seed=seed):
+        for panel in panel_diagnostics(run.name, records[k], verdict, resamples=resamples, seed=seed,
+                                       panel=run.panel):
             if panel.target == "pairwise":
                 panel.position = by_run.get(k, [])
             parts.append(_panel_block(panel))
         systems = {str(r.get("id")): (str(r["systems"][0]), str(r["systems"][1])) for r in records[k]
                    if r.get("task") == "pairwise" and isinstance(r.get("systems"), list) and len(r["systems"]) == 2}
         if systems:
-            warnings += same_family(run.name, records[k], systems)
+            warnings += same_family(run.name, records[k], systems, panel=run.panel)
     if not parts:
         return ""
     tables = "".join(f"<div class='family'>{table_html(table)}</div>" for _, table in family_tables(warnings))
@@ -662,6 +716,7 @@ def build_report(runs: Sequence[RunInput], *, title: str | None = None, resample
     methods = [evaluate_records(run.records, run.name, resamples=resamples, seed=seed) for run in runs]
     title = title or "jurygraph report: " + ", ".join(run.name for run in runs)
     body = (f"<section id='summary'><h2>Summary</h2>{''.join(summary_html(run) for run in runs)}</section>"
+            f"{spend_html(runs)}"
             f"<section id='agreement'><h2>Agreement with humans</h2>{agreement_html(methods)}</section>"
             f"{position_html(runs)}{comparison_html(runs)}"
             f"{panel_html(runs, resamples=resamples, seed=seed)}{doubt_html(runs)}{decided_html(runs)}")
