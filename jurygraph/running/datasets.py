@@ -8,6 +8,7 @@ reported as a :class:`RowError` naming the file, the row and the field.
 
 from __future__ import annotations
 
+import collections
 import csv
 import hashlib
 import itertools
@@ -325,6 +326,131 @@ def _topical_chat(source: _Source, aspect: str) -> Dataset:
     return dataset
 
 
+# MT-Bench's human judgments (Zheng et al. 2023; ``lmsys/mt_bench_human_judgments`` on the Hugging Face hub, its
+# "human" split): one row per vote, recognised from these fields
+MT_BENCH_FIELDS = frozenset({"question_id", "model_a", "model_b", "winner", "judge", "conversation_a",
+                             "conversation_b", "turn"})
+# a vote as jurygraph's label; both of MT-Bench's ties are ties (the vote keeps its own spelling as "winner")
+MT_BENCH_WINNERS = {"model_a": "1", "model_b": "2", "tie": "tie", "tie (bothbad)": "tie"}
+
+
+def is_mt_bench(row: Any) -> bool:
+    """Whether a row has MT-Bench's human-judgment fields."""
+    return isinstance(row, Mapping) and set(row) >= MT_BENCH_FIELDS
+
+
+def load_mt_bench(path: str | Path, *, reverse: bool = False) -> Dataset:
+    """MT-Bench's human judgments, as a JSON array or JSONL file of its rows (one row per vote).
+
+    One pairwise item per (question, pair of models, turn), holding every vote on it: ``human.votes`` (each
+    ``{"judge", "label", "winner"}``, the label in the item's answer order), ``human.label`` the majority of the votes
+    (absent when two labels share the most votes: split humans give no label, their votes still count for the
+    agreement between humans). A tie is a tie (``tie`` and ``tie (bothbad)`` alike; the vote keeps which).
+    Assistant 1 is the ``model_a`` of the pair's first row. Turn 1 items hold each conversation through its first
+    answer; turn 2 items each whole conversation, as MT-Bench showed its judges: each model's own first answer,
+    then the second question and its second answer (``turn`` = 2 is the judged answer). ``reverse`` swaps the two
+    conversations."""
+    source = _read_rows(Path(path))
+    return _mt_bench(source, reverse)
+
+
+def _read_rows(file: Path) -> _Source:
+    """A JSON array, or a JSONL file read whole, as one source (for layouts whose rows are grouped into items)."""
+    if file.suffix.lower() != ".jsonl":
+        return _read_json(file)
+    if not file.exists():
+        raise DatasetError(f"{file}: no such file")
+    errors: list[RowError] = []
+    digest = hashlib.sha256()
+    rows = [row for _, row in _rows(file, errors, digest)]
+    if errors:
+        raise DatasetError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+    return _Source(file, digest.hexdigest(), rows)
+
+
+def _turns(conversation: Any, turn: int, field: str) -> list[dict[str, Any]]:
+    """A conversation's messages through its ``turn``-th assistant message, checked."""
+    if not isinstance(conversation, list) or not conversation:
+        raise FieldError(field, "must be a list of messages ({role, content})")
+    kept, answers = [], 0
+    for k, message in enumerate(conversation):
+        if not isinstance(message, Mapping) or not isinstance(message.get("content"), str) \
+                or message.get("role") not in ("system", "user", "assistant"):
+            raise FieldError(f"{field}[{k}]", "must be a message {role: system/user/assistant, content: text}")
+        kept.append({"role": message["role"], "content": message["content"]})
+        answers += message["role"] == "assistant"
+        if answers == turn:
+            return kept
+    raise FieldError(field, f"has {answers} assistant answers; turn {turn} needs {turn}")
+
+
+def _mt_bench_vote(row: Any) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
+    """A row's (item key, model_a, vote in model_a-first order); a FieldError for a bad field."""
+    if not isinstance(row, Mapping):
+        raise FieldError("row", "an MT-Bench row must be an object")
+    winner = _field(row, "winner")
+    if winner not in MT_BENCH_WINNERS:
+        raise FieldError("winner", f"{winner!r} is not one of {', '.join(MT_BENCH_WINNERS)}")
+    turn = _field(row, "turn")
+    if turn not in (1, 2) or isinstance(turn, bool):
+        raise FieldError("turn", f"{turn!r} is not 1 or 2")
+    model_a, model_b = _field(row, "model_a"), _field(row, "model_b")
+    if not isinstance(model_a, str) or not isinstance(model_b, str) or not model_a or model_a == model_b:
+        raise FieldError("model_b", "model_a and model_b must name two different models")
+    for side in ("conversation_a", "conversation_b"):
+        _turns(row.get(side), turn, side)
+    judge = row.get("judge")
+    judge = "/".join(map(str, judge)) if isinstance(judge, list) else str(judge)  # gpt4_pair: ["gpt-4", "pair-v2"]
+    key = (str(_field(row, "question_id")), *sorted((model_a, model_b)), turn)
+    return key, model_a, {"judge": judge, "label": MT_BENCH_WINNERS[winner], "winner": winner}
+
+
+def majority(labels: Sequence[str]) -> str | None:
+    """The most common label, None when two labels share the most votes (or there is none)."""
+    counts = collections.Counter(labels).most_common()
+    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+        return None
+    return counts[0][0]
+
+
+def _mt_bench(source: _Source, reverse: bool) -> Dataset:
+    file, rows = str(source.file), source.data
+    if not isinstance(rows, list):
+        raise DatasetError(f"{file}: expected a JSON array (or JSONL) of MT-Bench judgment rows")
+    dataset = Dataset("mt-bench", sha256=source.sha256)
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}  # in order of first appearance
+    for i, row in enumerate(rows):
+        where = _row_label(i + 1, row, "question_id")
+        try:
+            key, model_a, vote = _mt_bench_vote(row)
+        except FieldError as err:
+            dataset.errors.append(RowError(file, where, err.field, str(err)))
+            continue
+        group = groups.setdefault(key, {"row": row, "where": where, "votes": []})
+        if model_a != group["row"]["model_a"]:  # the same pair the other way round
+            vote = {**vote, "label": SWAP_LABEL[vote["label"]]}
+        group["votes"].append(vote)
+    for group in groups.values():
+        def build(group: dict[str, Any] = group) -> dict[str, Any]:
+            row, votes = group["row"], group["votes"]
+            turn = int(row["turn"])
+            one, two = _turns(row["conversation_a"], turn, "conversation_a"), \
+                _turns(row["conversation_b"], turn, "conversation_b")
+            human: dict[str, Any] = {"votes": votes}
+            label = majority([vote["label"] for vote in votes])
+            if label is not None:
+                human["label"] = label
+            question = [m["content"] for m in one if m["role"] == "user"][-1]
+            return {"id": f"{row['question_id']}-{row['model_a']}-vs-{row['model_b']}-t{turn}", "task": "pairwise",
+                    "dataset": "mt-bench", "question": question, "messages_1": one, "messages_2": two, "turn": turn,
+                    "human": human, "meta": {"question_id": row["question_id"], "turn": turn,
+                                             "model_1": row["model_a"], "model_2": row["model_b"]}}
+        item = _build(dataset.errors, file, group["where"], build)
+        if item is not None:
+            dataset.items.append(_reversed(item) if reverse else item)
+    return dataset
+
+
 def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, str] | None = None,
                defaults: Mapping[str, Any] | None = None, reverse: bool = False) -> Dataset:
     """A JSONL or CSV file, one item per row. ``mapping`` maps item fields to column names
@@ -488,6 +614,9 @@ def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, 
     if kind is not None:
         return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse)
     path = Path(key)
+    layout = _jsonl_layout(path) if path.suffix.lower() == ".jsonl" else None
+    if layout is not None:  # a layout whose rows are grouped into items: read whole, as its JSON array would be
+        return _load_kind(layout, _read_rows(path), aspect, reverse)
     if path.suffix.lower() in (".jsonl", ".csv"):
         if task is None:
             raise DatasetError(f"{path}: a JSONL/CSV dataset needs --task (pairwise, score or choice)")
@@ -497,9 +626,22 @@ def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, 
     return _load_kind(_sniff(source), source, aspect, reverse)
 
 
+def _jsonl_layout(path: Path) -> str | None:
+    """The layout a JSONL file's first row names (``mt-bench``), or None for a plain table."""
+    try:
+        with path.open("rb") as handle:
+            first = next((line for line in handle if line.strip()), b"")
+        row = json.loads(first.decode("utf-8-sig")) if first else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # the table reader reports it, naming the line
+    return "mt-bench" if is_mt_bench(row) else None
+
+
 def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool) -> Dataset:
     if kind == "faireval":
         return _faireval(source, reverse)
+    if kind == "mt-bench":
+        return _mt_bench(source, reverse)
     if reverse:  # a score dataset has one answer per item: nothing to swap, and ignoring it would mislead
         raise DatasetError(f"{source.file}: --reverse swaps the two answers of pairwise items; {kind} rates single "
                            "texts")
@@ -513,10 +655,13 @@ def _sniff(source: _Source) -> str:
     if isinstance(data, dict) and "rows" in data:
         return "summeval"
     if isinstance(data, list) and data and isinstance(data[0], dict):
+        if is_mt_bench(data[0]):  # before FairEval: its rows have a question_id too
+            return "mt-bench"
         if "human_results" in data[0] or "question_id" in data[0]:
             return "faireval"
         if "system_output" in data[0]:
             return "topical-chat"
         if "machine_summaries" in data[0]:
             return "summeval"
-    raise DatasetError(f"{path}: not a FairEval, SummEval or Topical-Chat layout; use .jsonl/.csv with a mapping")
+    raise DatasetError(f"{path}: not a FairEval, SummEval, Topical-Chat or MT-Bench layout; use .jsonl/.csv with a "
+                       "mapping")
