@@ -80,7 +80,8 @@ def test_tool_arguments_modes_and_overrides() -> None:
     assert match_trajectory(moscow, REFERENCE, "strict", overrides={"weather": "ignore"})
     assert match_trajectory(detailed, REFERENCE, "strict", overrides={"weather": ["city"]})
     assert not match_trajectory(moscow, REFERENCE, "strict", overrides={"weather": ["city"]})
-    nested = agent(call("weather", "a", where={"city": "Paris", "zip": 1}), call("weather", "b", where={"city": "Oslo"}))
+    nested = agent(call("weather", "a", where={"city": "Paris", "zip": 1}),
+                   call("weather", "b", where={"city": "Oslo"}))
     ref = agent(call("weather", "a", where={"city": "Paris"}), call("weather", "b", where={"city": "Oslo", "zip": 2}))
     assert match_trajectory(nested, ref, "strict", overrides={"weather": ["where.city"]})
     assert match_trajectory(moscow, REFERENCE, "strict",

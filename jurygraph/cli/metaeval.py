@@ -50,7 +50,9 @@ from jurygraph.measuring.tables import (
     distribution_table,
     label_table,
     results_csv,
+    votes_table,
 )
+from jurygraph.measuring.votes import votes_json
 from jurygraph.running.rundir import CHECKPOINTS, read_manifest
 
 
@@ -70,6 +72,8 @@ def report(methods: Sequence[MethodResult], out: Path | None = None, *, statisti
         tables.append(("table", correlation_table(scored, statistics)))
     if labelled:
         tables.append(("table" if not scored else "pairwise", label_table(labelled)))
+    if any(m.votes is not None for m in labelled):
+        tables.append(("votes", votes_table(labelled)))
     details = detail_table(methods)
     for _, table in [*tables, ("details", details)]:
         texts.append(table.text())
@@ -230,7 +234,8 @@ def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], b
             doubts: Sequence[DoubtReport] = ()) -> dict[str, Any]:
     return {
         "methods": [{"name": m.name, "dataset": m.dataset,
-                     "agreement": {t: agreement_json(m, t) for t in targets(m)}} for m in methods],
+                     "agreement": {t: agreement_json(m, t) for t in targets(m)},
+                     **({"human_votes": votes_json(m.votes)} if m.votes is not None else {})} for m in methods],
         "position": [position_json(b) for b in biases],
         "comparisons": [{"a": a, "b": b, "columns": table.columns, "rows": table.rows}
                         for a, b, table in comparison_tables(methods, pairs, args)],

@@ -144,8 +144,8 @@ def _split(rows: Sequence[_Row], statistic: str) -> list[Group]:
         if not members:
             continue
         # the panel never judged the items the trajectory match decided: nothing to compare
-        panel = None if group in ("panel", "trajectory_match") else _agreement([(r.panel, r.human) for r in members if r.panel is not None],
-                                                         statistic)
+        panel = None if group in ("panel", "trajectory_match") else _agreement(
+            [(r.panel, r.human) for r in members if r.panel is not None], statistic)
         groups.append(Group(group, len(members), _agreement([(r.final, r.human) for r in members], statistic), panel))
     return groups
 

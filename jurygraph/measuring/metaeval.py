@@ -28,6 +28,7 @@ import numpy as np
 from jurygraph.judging.judgments import PAIRWISE_LABELS
 from jurygraph.measuring import metrics
 from jurygraph.measuring.metrics import Correlation, Interval
+from jurygraph.measuring.votes import VoteAgreement, vote_agreement
 from jurygraph.running.rundir import MANIFEST, RESULTS, read_results
 
 Level = Literal["pooled", "grouped"]
@@ -184,6 +185,7 @@ class MethodResult:
     dataset: str | None
     aspects: dict[str, AspectResult] = field(default_factory=dict)
     labels: LabelResult | None = None
+    votes: VoteAgreement | None = None  # items with several people's votes: agreement with them, and theirs
 
 
 def _correlation_of(data: ScoreData, level: Level, rows: Sequence[int] | None = None) -> Correlation:
@@ -290,6 +292,7 @@ def evaluate_records(records: Iterable[Mapping[str, Any]], name: str = "run", *,
         if any(r.get("task") == kind for r in records):
             result.labels = label_result(label_data(records, kind), resamples=resamples, confidence=confidence,
                                          seed=seed)
+            result.votes = vote_agreement(latest_records(records), kind)
     return result
 
 

@@ -346,9 +346,10 @@ def load_mt_bench(path: str | Path, *, reverse: bool = False) -> Dataset:
     ``{"judge", "label", "winner"}``, the label in the item's answer order), ``human.label`` the majority of the votes
     (absent when two labels share the most votes: split humans give no label, their votes still count for the
     agreement between humans). A tie is a tie (``tie`` and ``tie (bothbad)`` alike; the vote keeps which).
-    Assistant 1 is the ``model_a`` of the pair's first row. Turn 1 items hold each conversation through its first
-    answer; turn 2 items each whole conversation, as MT-Bench showed its judges: each model's own first answer,
-    then the second question and its second answer (``turn`` = 2 is the judged answer). ``reverse`` swaps the two
+    Assistant 1 is the ``model_a`` of the pair's first row. ``messages`` is what both conversations begin with (the
+    first question), ``messages_1``/``messages_2`` each model's continuation: at turn 1 its first answer; at turn 2
+    its own first answer, the second question and its second answer (``turn`` = 2 is the answer judged), as
+    MT-Bench's multi-turn judge prompt shows each assistant's whole conversation. ``reverse`` swaps the two
     conversations."""
     source = _read_rows(Path(path))
     return _mt_bench(source, reverse)
@@ -441,8 +442,12 @@ def _mt_bench(source: _Source, reverse: bool) -> Dataset:
             if label is not None:
                 human["label"] = label
             question = [m["content"] for m in one if m["role"] == "user"][-1]
+            shared = 0  # the messages both conversations begin with (the first question): said once
+            while shared < min(len(one), len(two)) - 1 and one[shared] == two[shared]:
+                shared += 1
             return {"id": f"{row['question_id']}-{row['model_a']}-vs-{row['model_b']}-t{turn}", "task": "pairwise",
-                    "dataset": "mt-bench", "question": question, "messages_1": one, "messages_2": two, "turn": turn,
+                    "dataset": "mt-bench", "question": question, "messages": one[:shared] or None,
+                    "messages_1": one[shared:], "messages_2": two[shared:], "turn": turn,
                     "human": human, "meta": {"question_id": row["question_id"], "turn": turn,
                                              "model_1": row["model_a"], "model_2": row["model_b"]}}
         item = _build(dataset.errors, file, group["where"], build)
@@ -511,6 +516,8 @@ def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[
             raise KeyError(column)
         _put(data, target, recoded.get(target, {}).get(str(row[column]), row[column]))
     data.setdefault("id", str(number))
+    for name in _JSON_FIELDS:
+        _parse_json_cell(data, name)
     if data["task"] == TaskKind.SCORE.value and isinstance(data.get("human"), dict):
         # an empty cell is no label (the item still loads; metaeval counts it as unlabelled)
         # a label that is not a number ("abc") is an error in the file, not a missing label
@@ -520,6 +527,31 @@ def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[
         if f"scale_{name}" in data:
             data.setdefault("scale", {})[name] = float(data.pop(f"scale_{name}"))
     return data
+
+
+# item fields that hold a conversation, steps or a reference trajectory: a CSV cell (or a JSONL string) holds them
+# as JSON text
+_JSON_FIELDS = ("messages", "messages_1", "messages_2", "steps", "steps_1", "steps_2", "reference")
+
+
+def _parse_json_cell(data: dict[str, Any], name: str) -> None:
+    value = data.get(name)
+    if not isinstance(value, str):
+        return
+    if not value.strip():  # an empty cell: no conversation
+        data.pop(name)
+        return
+    if name == "reference" and not value.lstrip().startswith("["):
+        return  # a reference answer, as text
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as err:
+        if name == "reference":
+            return
+        raise FieldError(name, f"is not JSON ({err.msg} at character {err.pos}); a conversation is a JSON list of "
+                               "messages") from None
+    if name != "reference" or (isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)):
+        data[name] = parsed
 
 
 _VALUE_MAP = re.compile(r"^(?P<target>[^\[\]]+)\[(?P<value>[^\]]*)\]$")
