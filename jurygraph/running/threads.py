@@ -171,8 +171,8 @@ def list_threads(target: str) -> list[str]:
     if is_postgres_url(target):
         import psycopg
 
-        with psycopg.connect(target) as conn:
-            return [str(row[0]) for row in conn.execute(query)]
+        with psycopg.connect(target) as server:
+            return [str(row[0]) for row in server.execute(query)]
     path = Path(target)
     if not path.is_file():
         raise DatasetError(f"{target}: no such checkpoint database (a SQLite file or a postgresql:// URL)")
