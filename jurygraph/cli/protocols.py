@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.graph import StateGraph
 
 from jurygraph.cli.preflight import UsageError
+from jurygraph.cli.trajectory import add_trajectory_arguments, trajectory_setup
 from jurygraph.graphs.calibration import MODES, calibrate
 from jurygraph.graphs.chateval import STOP_WHEN, STRATEGIES, create_chateval
 from jurygraph.graphs.debate import DEFAULT_MAX_ITERATIONS, create_debate
@@ -401,6 +402,7 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     doubt = parser.add_argument_group("doubtful items (every protocol)")
     for spec in DOUBT_OPTIONS:
         doubt.add_argument(spec.flag, **spec.kwargs)
+    add_trajectory_arguments(parser)
 
 
 def _task(args: argparse.Namespace) -> str | None:
@@ -474,7 +476,9 @@ def build_protocol(args: argparse.Namespace) -> ProtocolSetup:
         paper_positions(args)
     setup = protocol.build(args)
     setup.params.setdefault("protocol", args.protocol)
-    return routed_setup(_calibrated(setup, protocol, args), args)
+    setup = _calibrated(setup, protocol, args)
+    setup.graph = trajectory_setup(setup.graph, setup.params, args)  # before the panel; escalation after it
+    return routed_setup(setup, args)
 
 
 def available_signals(protocol: str, params: dict[str, Any], task: str | None) -> set[str] | None:
