@@ -68,7 +68,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--thread-ids", metavar="FILE",
                       help="--from-threads: only these threads (one id per line; default: every thread of the store)")
     data.add_argument("--scale", metavar="LOW-HIGH",
-                      help="--from-threads: the scale the threads are rated on (default 1-10)")
+                      help="the scale score items are rated on where the data gives none: --from-threads and "
+                           "LangSmith exports (default 1-10), JSONL/CSV rows without scale_low/scale_high")
     add_model_arguments(parser.add_argument_group("models"))
     runopts = parser.add_argument_group("run")
     runopts.add_argument("--out", help="run directory (default: runs/<protocol>-<dataset>)")
@@ -177,8 +178,8 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args, previous = _resume_args(args, parser)
     if not (args.dataset or args.from_threads):
         raise UsageError("eval needs --dataset or --from-threads (or --resume RUN_DIR)")
-    if not args.from_threads and (args.thread_ids or args.scale):
-        raise UsageError("--thread-ids and --scale choose and rate the threads of --from-threads: give it too")
+    if not args.from_threads and args.thread_ids:
+        raise UsageError("--thread-ids chooses among the threads of --from-threads: give it too")
     validate_numbers(args, args.protocol_dests)
     cluster = _ray_options(args)
     check_options(args.protocol, explicit_dests(args.argv))
@@ -188,7 +189,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
     dataset = threads_dataset(args) if args.from_threads else load_dataset(
         args.dataset, aspect=args.aspect, task=args.task, mapping=key_values(args.mapping, "--map"),
-        reverse=args.reverse)
+        reverse=args.reverse, scale=_scale(args.scale))
     source = redact_url(args.from_threads) if args.from_threads else str(args.dataset)
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)

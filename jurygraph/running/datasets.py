@@ -24,7 +24,8 @@ from pydantic import ValidationError
 
 from jurygraph.judging.aspects import aspects_of, get_aspect
 from jurygraph.judging.benchmarks import canonical
-from jurygraph.judging.items import SWAP_LABEL, EvalItem, TaskKind
+from jurygraph.judging.items import SWAP_LABEL, EvalItem, Scale, TaskKind
+from jurygraph.running.langsmith_runs import RunFieldError, is_langsmith_run, run_item, traces
 
 # the shipped copy of each built-in benchmark (by its canonical name, judging.benchmarks)
 BUILTIN = {"faireval": "faireval.json", "summeval": "summeval.json", "topical-chat": "topical_chat.json"}
@@ -456,6 +457,44 @@ def _mt_bench(source: _Source, reverse: bool) -> Dataset:
     return dataset
 
 
+# a conversation rated on no scale of its own (a LangSmith run, an agent's thread) is rated 1-10, as MT-Bench's
+# single-answer grading rates a conversation
+CONVERSATION_SCALE = Scale(low=1, high=10)
+
+
+def load_langsmith(path: str | Path, *, aspect: str | None = None, scale: Scale | None = None) -> Dataset:
+    """A LangSmith run export (JSON array, JSONL or ``{"runs": [...]}``): one score item per trace, its conversation
+    and steps (:mod:`jurygraph.running.langsmith_runs`), rated on ``scale`` (default 1-10)."""
+    return _langsmith(_read_rows(Path(path)), aspect, scale)
+
+
+def _langsmith(source: _Source, aspect: str | None, scale: Scale | None) -> Dataset:
+    file, data = str(source.file), source.data
+    runs = data.get("runs") if isinstance(data, dict) else data
+    if not isinstance(runs, list):
+        raise DatasetError(f"{file}: expected a JSON array (or JSONL) of LangSmith runs, or {{'runs': [...]}}")
+    dataset = Dataset("langsmith", sha256=source.sha256)
+    readable = []
+    for i, run in enumerate(runs):
+        if is_langsmith_run(run):
+            readable.append((i, run))
+        else:
+            dataset.errors.append(RowError(file, i + 1, None, "not a LangSmith run (it needs id, run_type, inputs)"))
+    rows = {str(run["id"]): i for i, run in readable}
+    for root, trace in traces([run for _, run in readable]).items():
+        run = trace[[str(r["id"]) for r in trace].index(root)]
+
+        def build(run: Mapping[str, Any] = run, trace: list[Mapping[str, Any]] = trace) -> dict[str, Any]:
+            try:
+                fields = run_item(run, trace)
+            except RunFieldError as err:
+                raise FieldError(err.field, str(err)) from None
+            return {"task": TaskKind.SCORE.value, "dataset": "langsmith", "aspect": aspect,
+                    "scale": (scale or CONVERSATION_SCALE).model_dump(), **fields}
+        _make(dataset, file, _row_label(rows[root] + 1, run, "id"), build)
+    return dataset
+
+
 def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, str] | None = None,
                defaults: Mapping[str, Any] | None = None, reverse: bool = False) -> Dataset:
     """A JSONL or CSV file, one item per row. ``mapping`` maps item fields to column names
@@ -628,10 +667,13 @@ def _rows(file: Path, errors: list[RowError], digest: Any = None) -> Iterator[tu
 
 
 def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: str | None = None,
-                 mapping: Mapping[str, str] | None = None, reverse: bool = False) -> Dataset:
-    """A built-in benchmark by name, a file in one of their layouts, or a JSONL/CSV table (with ``task``)."""
+                 mapping: Mapping[str, str] | None = None, reverse: bool = False,
+                 scale: Scale | None = None) -> Dataset:
+    """A built-in benchmark by name, a file in one of their layouts, a LangSmith run export, or a JSONL/CSV table
+    (with ``task``). ``scale``: the score items' scale where the data gives none (a table's rows without
+    ``scale_low``/``scale_high``, a LangSmith export's runs: default 1-10)."""
     key = str(name_or_path)
-    dataset = _load(key, aspect, task, mapping, reverse)
+    dataset = _load(key, aspect, task, mapping, reverse, scale)
     # a dataset's items share one task kind; a streamed table knows its kind without reading a row again
     if aspect and TaskKind.PAIRWISE.value in dataset.tasks:
         # FairEval-style preferences have no aspects: an --aspect would be silently ignored
@@ -641,21 +683,23 @@ def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: s
 
 
 def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, str] | None,
-          reverse: bool) -> Dataset:
+          reverse: bool, scale: Scale | None = None) -> Dataset:
     kind = canonical(key)
     if kind is not None:
-        return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse)
+        return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse, scale)
     path = Path(key)
     layout = _jsonl_layout(path) if path.suffix.lower() == ".jsonl" else None
     if layout is not None:  # a layout whose rows are grouped into items: read whole, as its JSON array would be
-        return _load_kind(layout, _read_rows(path), aspect, reverse)
+        return _load_kind(layout, _read_rows(path), aspect, reverse, scale)
     if path.suffix.lower() in (".jsonl", ".csv"):
         if task is None:
             raise DatasetError(f"{path}: a JSONL/CSV dataset needs --task (pairwise, score or choice)")
-        defaults = {"aspect": aspect} if aspect else None
-        return load_table(path, task=task, mapping=mapping, defaults=defaults, reverse=reverse)
+        defaults: dict[str, Any] = {"aspect": aspect} if aspect else {}
+        if scale is not None:
+            defaults["scale"] = scale.model_dump()
+        return load_table(path, task=task, mapping=mapping, defaults=defaults or None, reverse=reverse)
     source = _read_json(path)  # read and parsed once: to recognise the layout and to load it
-    return _load_kind(_sniff(source), source, aspect, reverse)
+    return _load_kind(_sniff(source), source, aspect, reverse, scale)
 
 
 def _jsonl_layout(path: Path) -> str | None:
@@ -666,10 +710,15 @@ def _jsonl_layout(path: Path) -> str | None:
         row = json.loads(first.decode("utf-8-sig")) if first else None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None  # the table reader reports it, naming the line
-    return "mt-bench" if is_mt_bench(row) else None
+    return "mt-bench" if is_mt_bench(row) else "langsmith" if is_langsmith_run(row) else None
 
 
-def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool) -> Dataset:
+def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool, scale: Scale | None = None) -> Dataset:
+    if kind == "langsmith" and not reverse:
+        return _langsmith(source, aspect, scale)
+    if scale is not None:
+        raise DatasetError(f"{source.file}: --scale rates the items of a table, a LangSmith export or threads; "
+                           f"{kind} has its own")
     if kind == "faireval":
         return _faireval(source, reverse)
     if kind == "mt-bench":
@@ -686,14 +735,18 @@ def _sniff(source: _Source) -> str:
     data, path = source.data, source.file
     if isinstance(data, dict) and "rows" in data:
         return "summeval"
+    if isinstance(data, dict) and isinstance(data.get("runs"), list):
+        return "langsmith"
     if isinstance(data, list) and data and isinstance(data[0], dict):
         if is_mt_bench(data[0]):  # before FairEval: its rows have a question_id too
             return "mt-bench"
+        if is_langsmith_run(data[0]):
+            return "langsmith"
         if "human_results" in data[0] or "question_id" in data[0]:
             return "faireval"
         if "system_output" in data[0]:
             return "topical-chat"
         if "machine_summaries" in data[0]:
             return "summeval"
-    raise DatasetError(f"{path}: not a FairEval, SummEval, Topical-Chat or MT-Bench layout; use .jsonl/.csv with a "
-                       "mapping")
+    raise DatasetError(f"{path}: not a FairEval, SummEval, Topical-Chat, MT-Bench or LangSmith-export layout; use "
+                       ".jsonl/.csv with a mapping")

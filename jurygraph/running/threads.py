@@ -34,7 +34,7 @@ from jurygraph.judging.items import EvalItem, Scale, TaskKind
 from jurygraph.llm.cache_postgres import is_postgres_url
 from jurygraph.llm.redact import redact_url
 from jurygraph.running.checkpoints import open_saver
-from jurygraph.running.datasets import Dataset, DatasetError, RowError, repeated
+from jurygraph.running.datasets import CONVERSATION_SCALE, Dataset, DatasetError, RowError, repeated
 
 __all__ = ["ThreadError", "afrom_thread", "from_thread", "list_threads", "load_threads", "read_thread_ids"]
 
@@ -205,7 +205,7 @@ def load_threads(target: str, thread_ids: Sequence[str] | None = None, *, task: 
                            f"(--task score), not {TaskKind(task).value}")
     shown = redact_url(target) if is_postgres_url(target) else target
     ids = list(thread_ids) if thread_ids is not None else list_threads(target)
-    fields: dict[str, Any] = {"task": TaskKind.SCORE.value, "scale": (scale or Scale(low=1, high=10)).model_dump(),
+    fields: dict[str, Any] = {"task": TaskKind.SCORE.value, "scale": (scale or CONVERSATION_SCALE).model_dump(),
                               "dataset": "threads"}
     if aspect:
         fields["aspect"] = aspect
