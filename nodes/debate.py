@@ -36,6 +36,7 @@ from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_n
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import render_history
+from jurygraph.nodes.conversation import conversation_slots
 from jurygraph.prompts import load_prompt, render, select_template
 
 COMMANDER, SCORER, CRITIC, TIE_BREAKER = "Commander", "Scorer", "Critic", "Tie-breaker"
@@ -168,12 +169,15 @@ def _need(item: EvalItem, field: str, dataset: str) -> str:
 
 def frame_task(item: EvalItem, template: str | None = None) -> DebateFrame:
     """The predefined template for the item's dataset and aspect (SummEval: G.2 and the same frame;
-    Topical-Chat: the same frame), filled with the item. ``template`` replaces the built-in text and
-    may use the slots source_text, summary, conversation, fact, response, aspect, aspect_title,
-    aspect_definition, scale, scale_low, scale_high."""
+    Topical-Chat: the same frame; a conversation item: jurygraph's conversation template), filled with the
+    item. ``template`` replaces the built-in text and may use the slots source_text, summary, conversation,
+    fact, response, aspect, aspect_title, aspect_definition, scale, scale_low, scale_high (a conversation
+    item: :func:`jurygraph.nodes.conversation.conversation_slots`)."""
     if item.task is not TaskKind.SCORE:
         raise ValueError(f"item {item.id!r}: DEBATE scores one item on one aspect; {item.task.value} items are "
                          "not supported")
+    if item.conversational:
+        return _conversation_frame(item, template)
     if not item.aspect:
         raise ValueError(f"item {item.id!r}: DEBATE needs the aspect to score (item.aspect)")
     aspect = get_aspect(item.dataset, item.aspect)
@@ -199,6 +203,19 @@ def frame_task(item: EvalItem, template: str | None = None) -> DebateFrame:
     task = render(template if template is not None else load_prompt(builtin), **slots)
     answer_form = render(debate_prompt("answer_form"), **slots)
     title = slots["aspect_title"]
+    form = AnswerForm(TaskKind.SCORE, answer_form, scale=scale, labels=(title, f"{title} ({scale})"))
+    return DebateFrame(task, title, scale, answer_form, form, load_prompt(tie_breaker))
+
+
+def _conversation_frame(item: EvalItem, template: str | None) -> DebateFrame:
+    """P = C(T, A) for a conversation item: jurygraph's conversation template, the rubric of its aspect."""
+    slots = conversation_slots(item, scale=scale_of(item, None))
+    where = {"task": TaskKind.SCORE.value, "conversation": True}
+    builtin, tie_breaker = select_template("debate", **where), select_template("debate-tie-breaker", **where)
+    assert builtin is not None and tie_breaker is not None  # the table has conversation templates for DEBATE
+    task = render(template if template is not None else load_prompt(builtin), **slots)
+    answer_form = render(debate_prompt("answer_form"), **slots)
+    title, scale = slots["aspect_title"], scale_of(item, None)
     form = AnswerForm(TaskKind.SCORE, answer_form, scale=scale, labels=(title, f"{title} ({scale})"))
     return DebateFrame(task, title, scale, answer_form, form, load_prompt(tie_breaker))
 

@@ -14,7 +14,8 @@ one user message, with the tools it called): MT-Bench's turns and an agent's ans
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -235,3 +236,142 @@ def assistant_turns(messages: Sequence[Message]) -> list[tuple[int, int]]:
 def first_user_text(messages: Sequence[Message]) -> str | None:
     """The text of the first user message (what the conversation is about), or None when there is none."""
     return next((m.text for m in messages if m.role == "user"), None)
+
+
+# --- a conversation as text for a prompt (and for `show`) ------------------------------------------------
+
+TURN_START, TURN_END = "[The Start of the Turn to Judge]", "[The End of the Turn to Judge]"
+
+
+def elided_line(count: int) -> str:
+    """What stands where messages were left out to fit the context budget: said, never silent."""
+    return f"[… {count} message{'s' if count != 1 else ''} elided …]"
+
+
+def _role_line(message: Message, tool_names: dict[str, str]) -> str:
+    if message.role == "tool":
+        tool = message.name or tool_names.get(message.tool_call_id or "", "")
+        return f"### Tool result{f' of {tool}' if tool else ''} (call {message.tool_call_id}):"
+    title = {"system": "System (instructions to the assistant)", "user": "User", "assistant": "Assistant"}
+    return f"### {title[message.role]}{f' ({message.name})' if message.name else ''}:"
+
+
+def tool_call_line(call: ToolCall) -> str:
+    """A tool call as the judge reads it: the tool, its arguments as JSON, its id."""
+    arguments = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
+    return f"[calls {call.name} with {arguments}{f' (call {call.id})' if call.id else ''}]"
+
+
+def message_text(message: Message, tool_names: dict[str, str] | None = None) -> str:
+    """One message rendered: its role line (system messages marked, a tool result named by its tool and call),
+    its text, and each tool call it makes."""
+    lines = [_role_line(message, tool_names or {})]
+    if message.text:
+        lines.append(message.text)
+    lines += [tool_call_line(call) for call in message.tool_calls or ()]
+    return "\n".join(lines)
+
+
+def steps_text(steps: Sequence[Sequence[str]]) -> str:
+    """The agent's graph steps: supersteps in order, the nodes of one superstep joined by '+'."""
+    return "### Agent graph steps (nodes per superstep):\n" + " → ".join(" + ".join(step) for step in steps)
+
+
+@dataclass
+class Chunk:
+    """One piece of a rendered conversation: a message (``index`` in its list, ``protected`` when it is never
+    elided) or a fixed line (a block's header or footer, ``index`` None)."""
+
+    text: str
+    index: int | None = None
+    protected: bool = True
+    kept: bool = True
+
+
+@dataclass
+class Block:
+    """The rendered messages of one conversation (or continuation) between a header and a footer."""
+
+    chunks: list[Chunk] = field(default_factory=list)
+
+    def text(self) -> str:
+        out: list[str] = []
+        skipped = 0
+        for chunk in self.chunks:
+            if not chunk.kept:
+                skipped += 1
+                continue
+            if skipped:
+                out.append(elided_line(skipped))
+                skipped = 0
+            out.append(chunk.text)
+        if skipped:
+            out.append(elided_line(skipped))
+        return "\n\n".join(out)
+
+
+def conversation_block(messages: Sequence[Message], *, start: int = 0, judged: tuple[int, int] | None = None,
+                       head: bool = True, header: str | None = None, footer: str | None = None,
+                       steps: Sequence[Sequence[str]] | None = None, prefix: Sequence[Message] = ()) -> Block:
+    """The messages ``messages[start:]`` as a block: ``judged`` (a range of indices of ``messages``) is
+    wrapped in the turn-to-judge markers and protected; ``head`` protects the leading system messages and the
+    first user message (the task); ``prefix`` only names the tools its calls ran."""
+    tool_names = {call.id: call.name for m in [*prefix, *messages] for call in m.tool_calls or () if call.id}
+    first_user = next((i for i, m in enumerate(messages) if m.role == "user"), -1)
+    block = Block([Chunk(header)] if header else [])
+    for index in range(start, len(messages)):
+        message = messages[index]
+        if judged and index == max(judged[0], start):
+            block.chunks.append(Chunk(TURN_START))
+        # the turn judged, and the user message it answers, are its context's least
+        in_turn = judged is not None and judged[0] - (messages[judged[0] - 1].role == "user") <= index < judged[1]
+        is_head = head and index <= first_user and message.role in ("system", "user")
+        block.chunks.append(Chunk(message_text(message, tool_names), index, protected=in_turn or is_head))
+        if judged and index == judged[1] - 1:
+            block.chunks.append(Chunk(TURN_END))
+    if steps:
+        block.chunks.append(Chunk(steps_text(steps)))
+    if footer:
+        block.chunks.append(Chunk(footer))
+    return block
+
+
+class ContextBudgetExceeded(ValueError):
+    """What must be shown whole (the task and the turn judged) does not fit ``--max-context-tokens``."""
+
+
+def fit_blocks(blocks: Sequence[Block], budget: int | None, count: Callable[[str], int], *,
+               item: str = "?") -> str:
+    """The blocks' text within ``budget`` tokens (``count`` measures a text): whole when it fits, else with the
+    unprotected messages farthest from their block's ends elided first (the middle turns), each run of elided
+    messages said by :func:`elided_line`. Raises :class:`ContextBudgetExceeded` when eliding every unprotected
+    message is not enough."""
+
+    def text() -> str:
+        return "\n\n".join(block.text() for block in blocks)
+
+    rendered = text()
+    if budget is None or count(rendered) <= budget:
+        return rendered
+    # the order of elision: the message farthest from both ends of its block first
+    order: list[tuple[int, int, Chunk]] = []
+    for number, block in enumerate(blocks):
+        messages = [c for c in block.chunks if c.index is not None]
+        for position, chunk in enumerate(messages):
+            if not chunk.protected:
+                order.append((-min(position, len(messages) - 1 - position), number, chunk))
+    order.sort(key=lambda entry: (entry[0], entry[1]))
+    sizes = {id(chunk): count(chunk.text) + 2 for _, _, chunk in order}
+    excess = count(rendered) - budget
+    for _, _, chunk in order:
+        chunk.kept = False
+        excess -= sizes[id(chunk)]
+        if excess <= 0:
+            rendered = text()
+            excess = count(rendered) - budget  # the markers' own tokens; the sizes' rounding
+            if excess <= 0:
+                return rendered
+    raise ContextBudgetExceeded(
+        f"item {item!r}: the conversation needs {count(text())} tokens with every message it may leave out "
+        f"elided (the task and the turn judged are shown whole), over the budget of {budget} "
+        "(--max-context-tokens)")

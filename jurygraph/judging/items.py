@@ -222,10 +222,14 @@ class EvalItem(BaseModel):
                 check_messages(getattr(self, name), item=self.id, field=name, prefix=prefix)
             sides = [(name, [*prefix, *getattr(self, name)]) for name in ("messages_1", "messages_2")]
         for name, messages in sides:
-            turns = len(assistant_turns(messages))
-            if self.turn is not None and self.turn > turns:
-                raise ValueError(f"item {self.id!r}: turn {self.turn} asked, but {name} has {turns} assistant "
-                                 f"turn{'s' if turns != 1 else ''}")
+            turns = assistant_turns(messages)
+            if self.turn is not None and self.turn > len(turns):
+                raise ValueError(f"item {self.id!r}: turn {self.turn} asked, but {name} has {len(turns)} assistant "
+                                 f"turn{'s' if len(turns) != 1 else ''}")
+            if self.turn is not None and self.task is TaskKind.PAIRWISE and \
+                    turns[self.turn - 1][1] <= len(self.messages or []):
+                raise ValueError(f"item {self.id!r}: turn {self.turn} is in the shared prefix 'messages', the same "
+                                 "for both assistants; the turn judged must be in 'messages_1' and 'messages_2'")
         if self.question in (None, ""):
             self.question = first_user_text(self.messages or self.messages_1 or [])
 
