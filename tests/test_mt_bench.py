@@ -128,9 +128,10 @@ def test_vote_agreement_by_hand() -> None:
 
 
 def respond(request: dict[str, Any], choice: int = 0) -> str:
-    """Each item's PANEL label, recognised by its question (turn 2's is the second question)."""
+    """Each item's PANEL label, recognised by its question (turn 2's is the second question, and its prompt holds
+    the first too: turn 2 rows are looked at first)."""
     prompt = prompt_of(request)
-    for row in ROWS:
+    for row in sorted(ROWS, key=lambda row: -row["turn"]):
         question = row["conversation_a"][2 * row["turn"] - 2]["content"]
         key = f"{row['question_id']}-"
         label = next((v for k, v in PANEL.items() if k.startswith(key) and k.endswith(f"t{row['turn']}")), None)

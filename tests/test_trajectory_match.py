@@ -116,7 +116,7 @@ def test_langchain_messages_and_flat_tool_calls() -> None:
 
 
 def score_item(item_id: str, messages: list[dict[str, Any]], reference: list[dict[str, Any]] | None) -> EvalItem:
-    return EvalItem(id=item_id, task="score", aspect="tool use", scale={"low": 1, "high": 5}, messages=messages,
+    return EvalItem(id=item_id, task="score", aspect="tool_use", scale={"low": 1, "high": 5}, messages=messages,
                     reference=reference)
 
 
