@@ -122,6 +122,13 @@ def test_vote_agreement_by_hand() -> None:
     # the panel against each vote: 3/4, 2/3, 1/2, 1/1 with ties; 3/3, none, 1/2, 1/1 without
     assert (votes.panel["with ties"].agree, votes.panel["with ties"].total) == (7, 10)
     assert (votes.panel["without ties"].agree, votes.panel["without ties"].total) == (5, 6)
+    # FastChat's count: the experts' votes only (the two authors' votes left out)
+    experts = evaluate_records(records, vote_judges="expert").votes
+    assert experts is not None and experts.votes == 8
+    assert (experts.humans["with ties"].agree, experts.humans["with ties"].total) == (2, 5)
+    assert (experts.humans["without ties"].agree, experts.humans["without ties"].total) == (1, 2)
+    assert (experts.panel["with ties"].agree, experts.panel["with ties"].total) == (6, 8)
+    assert (experts.panel["without ties"].agree, experts.panel["without ties"].total) == (4, 5)
     # accuracy is against the majority label: the split item has none
     result = evaluate_records(records).labels
     assert result is not None and (result.n, result.no_human) == (3, 1)
@@ -156,3 +163,5 @@ def test_metaeval_reports_the_humans_agreement_beside_the_panels(openai_server, 
     votes = json.loads(capsys.readouterr().out)["methods"][0]["human_votes"]
     assert votes["humans"]["with_ties"] == {"agree": 4, "pairs": 10, "rate": 0.4}
     assert votes["panel"]["without_ties"] == {"agree": 5, "pairs": 6, "rate": 0.833333}
+    assert main(["metaeval", str(out), "--resamples", "0", "--vote-judges", "expert"]) == 0
+    assert "agreement with the human votes (judges expert*)" in capsys.readouterr().out

@@ -126,6 +126,9 @@ def add_arguments(meta: argparse.ArgumentParser) -> None:
     meta.add_argument("--json", action="store_true",
                       help="print everything (agreement, position bias, panel diagnostics) as one JSON object "
                            "(with --out, also OUT/metaeval.json)")
+    meta.add_argument("--vote-judges", metavar="PREFIX",
+                      help="items with several people's votes (MT-Bench): count only the votes of judges whose name "
+                           "starts with PREFIX, e.g. expert (FastChat's compute_agreement.py; default: every vote)")
     meta.add_argument("--no-panel", action="store_true",
                       help="skip the panel diagnostics (members, error correlation, conformity, same family)")
     meta.add_argument("--family", action="append", metavar="NAME=REGEX",
@@ -138,7 +141,8 @@ def evaluate(named_records: Sequence[tuple[str, list[dict[str, Any]]]],
               args: argparse.Namespace) -> list[MethodResult]:
     level: Level | None = args.level
     return [evaluate_records(records, name, level=level, resamples=args.resamples, confidence=args.confidence,
-                             seed=args.seed) for name, records in named_records]
+                             seed=args.seed, vote_judges=getattr(args, "vote_judges", None))
+            for name, records in named_records]
 
 
 def check(methods: Sequence[MethodResult], args: argparse.Namespace) -> list[str] | None:

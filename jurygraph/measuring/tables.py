@@ -191,7 +191,9 @@ def votes_table(methods: Sequence[MethodResult]) -> Table:
                 cells += [number(100 * side[setup].rate, 1), str(side[setup].total)]
         rows.append(cells)
     columns = ["Method", "Items", "w/ tie", "pairs", "w/o tie", "pairs", "w/ tie", "pairs", "w/o tie", "pairs"]
-    return Table("agreement with the human votes", columns, rows,
+    judges = next((m.votes.judges for m in methods if m.votes is not None and m.votes.judges), None)
+    title = "agreement with the human votes" + (f" (judges {judges}*)" if judges else "")
+    return Table(title, columns, rows,
                  groups=[("", 2), ("panel vs human", 4), ("human vs human", 4)],
                  notes=["% of compared pairs that agree: the panel's verdict against each vote on its item, and every "
                         "two votes on an item (MT-Bench's agreement, pairs pooled over items); w/o tie leaves out the "

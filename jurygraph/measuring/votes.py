@@ -10,6 +10,10 @@ Items may carry each person's vote beside the majority label (``human.votes``: `
 ``with ties`` (MT-Bench's S1) counts every pair, a tie agreeing with a tie; ``without ties`` (S2) leaves out every
 pair in which either side is a tie. The rate of the panel against humans sits beside the rate between humans: a
 panel that agrees with people as often as they agree with one another is as good as one more person.
+
+Every vote counts by default: the MT-Bench paper calls all of its 3K votes expert votes. FastChat's script counts
+only the judges named ``expert_*`` as humans (its ``author_*`` votes are a class of their own); ``judges="expert"``
+(``jurygraph metaeval --vote-judges expert``) counts as it does.
 """
 
 from __future__ import annotations
@@ -44,17 +48,22 @@ class VoteAgreement:
     """A run's agreement with the human votes of its items, and the humans' with one another (see the module)."""
 
     items: int = 0  # items with votes
+    judges: str | None = None  # only the votes of judges whose name starts with this (None: every vote)
     votes: int = 0
     panel_missing: int = 0  # items with votes but no readable panel verdict: left out of the panel's agreement
     humans: dict[str, Agreement] = field(default_factory=lambda: {s: Agreement() for s in SETUPS})
     panel: dict[str, Agreement] = field(default_factory=lambda: {s: Agreement() for s in SETUPS})
 
 
-def vote_labels(human: Mapping[str, Any] | None) -> list[str]:
-    """The labels of the votes in a record's ``human`` (none when it holds no votes)."""
+def vote_labels(human: Mapping[str, Any] | None, judges: str | None = None) -> list[str]:
+    """The labels of the votes in a record's ``human`` (none when it holds no votes); ``judges``: only the votes of
+    judges whose name starts with it (``expert``: MT-Bench's experts, as FastChat's ``compute_agreement.py``
+    counts them)."""
     votes = (human or {}).get("votes")
     if not isinstance(votes, list):
         return []
+    if judges is not None:
+        votes = [vote for vote in votes if isinstance(vote, Mapping) and str(vote.get("judge", "")).startswith(judges)]
     labels = [vote.get("label") if isinstance(vote, Mapping) else vote for vote in votes]
     return [str(label) for label in labels if label is not None]
 
@@ -65,14 +74,15 @@ def _compare(into: dict[str, Agreement], a: str, b: str) -> None:
         into["without ties"].add(a, b)
 
 
-def vote_agreement(records: Iterable[Mapping[str, Any]], kind: str = "pairwise") -> VoteAgreement | None:
+def vote_agreement(records: Iterable[Mapping[str, Any]], kind: str = "pairwise",
+                   judges: str | None = None) -> VoteAgreement | None:
     """The vote agreements of a run's records of ``kind`` (one record per item: the latest), None when no item
-    carries two or more votes or a vote the panel can be compared with."""
-    found = VoteAgreement()
+    carries a vote; ``judges``: count only the votes of judges whose name starts with it."""
+    found = VoteAgreement(judges=judges)
     for record in records:
         if record.get("task") != kind:
             continue
-        labels = vote_labels(record.get("human"))
+        labels = vote_labels(record.get("human"), judges)
         if not labels:
             continue
         found.items += 1
@@ -95,5 +105,5 @@ def votes_json(found: VoteAgreement) -> dict[str, Any]:
                                           "rate": None if math.isnan(a.rate) else round(a.rate, 6)}
                 for setup, a in agreements.items()}
 
-    return {"items": found.items, "votes": found.votes, "panel_missing": found.panel_missing,
+    return {"items": found.items, "votes": found.votes, "judges": found.judges, "panel_missing": found.panel_missing,
             "humans": side(found.humans), "panel": side(found.panel)}
