@@ -125,7 +125,8 @@ def conversation(city: str, asked: str) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"Sunny in {city}."}]
 
 
-def test_trajectory_match_decides_before_the_panel(openai_server, tmp_path: Path) -> None:
+def test_trajectory_match_decides_before_the_panel(openai_server, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     rows = [{"id": city, "messages": conversation(city, asked), "reference": conversation(city, city),
              "scale_low": 1, "scale_high": 10} for city, asked in [("Paris", "Paris"), ("Oslo", "Olso"),
                                                                     ("Lima", "Lima")]]
@@ -134,9 +135,14 @@ def test_trajectory_match_decides_before_the_panel(openai_server, tmp_path: Path
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     server = openai_server(respond)
     out = tmp_path / "matched"
-    assert main(["eval", "--dataset", str(data), "--task", "score", "--protocol", "single", "--model", "judge",
-                 "--base-url", server.base_url, "--quiet", "--out", str(out), "--trajectory-match", "strict",
-                 "--tool-args-override", "weather=city"]) == 0
+    argv = ["eval", "--dataset", str(data), "--task", "score", "--protocol", "single", "--model", "judge",
+            "--base-url", server.base_url, "--quiet", "--out", str(out), "--trajectory-match", "strict",
+            "--tool-args-override", "weather=city"]
+    # the dry run renders the same graph: exactly the two requests the run will send
+    assert main([*argv, "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["requests"] == 2 and plan["requests_per_item"] == 0.5 and server.requests == []
+    assert main(argv) == 0
     records = {r["id"]: r for r in read_results(out)}
     # Paris and Lima match: decided, no request; Oslo (misspelt) and the item without a reference: the panel
     assert len(server.requests) == 2

@@ -564,7 +564,8 @@ def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[
                          if v not in ("", None)} or None
     for name in ("low", "high"):
         if f"scale_{name}" in data:
-            data.setdefault("scale", {})[name] = float(data.pop(f"scale_{name}"))
+            # a new dict: a default scale (--scale) is shared by every row
+            data["scale"] = {**data.get("scale", {}), name: float(data.pop(f"scale_{name}"))}
     return data
 
 
