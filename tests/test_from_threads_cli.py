@@ -153,6 +153,10 @@ def test_trajectory_match_decides_before_the_panel(openai_server, tmp_path: Path
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["parameters"]["trajectory_match"] == {"mode": "strict", "tool_args": "exact",
                                                           "overrides": {"weather": ["city"]}, "on_mismatch": "panel"}
+    capsys.readouterr()
+    assert main(["show", str(out), "Paris"]) == 0
+    assert "trajectory match (strict, tool arguments exact): the trajectory matches the reference; decided" in \
+        capsys.readouterr().out
     # a resume rebuilds the same graph from the manifest: nothing is judged again
     assert main(["eval", "--resume", str(out), "--quiet"]) == 0
     assert len(server.requests) == 2
