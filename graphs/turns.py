@@ -141,7 +141,8 @@ def combine_turns(item: EvalItem, verdicts: dict[int, dict[str, Any]], aggregate
     if not readable:
         detail["reason"] = "no turn gave a verdict with scores"
         return Verdict(kind=kind, method="none", missing=True, detail=detail, **counts)
-    method = f"per turn: {'mean' if aggregate == 'mean' else 'lowest'} of {len(readable)} turns"
+    method = f"per turn: {'mean' if aggregate == 'mean' else 'lowest'} of {len(readable)} turn" + \
+        ("s" if len(readable) != 1 else "")
     if kind is TaskKind.SCORE:
         return Verdict(kind=kind, method=method, score=combine([s[0] for s in readable]), detail=detail, **counts)
     s1, s2 = combine([s[0] for s in readable]), combine([s[1] for s in readable])

@@ -20,6 +20,7 @@ from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
     add_protocol_arguments,
     build_protocol,
+    check_conversations,
     check_doubt_signals,
     check_options,
     check_task,
@@ -203,6 +204,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     items = dataset.head(args.limit)
     setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
     check_task(args.protocol, items.tasks, source)
+    setup.turns = check_conversations(args, items)
     check_doubt_signals(setup, args)
     context = context_from_args(args, setup)
     if context.default is None and not context.models:

@@ -25,6 +25,7 @@ from jurygraph.measuring.metaeval import (
     run_name,
     run_records,
     single_unit_warnings,
+    turn_records,
 )
 from jurygraph.measuring.metrics import STATISTICS
 from jurygraph.measuring.panel import (
@@ -131,6 +132,9 @@ def add_arguments(meta: argparse.ArgumentParser) -> None:
                            "starts with PREFIX, e.g. expert (FastChat's compute_agreement.py; default: every vote)")
     meta.add_argument("--no-panel", action="store_true",
                       help="skip the panel diagnostics (members, error correlation, conformity, same family)")
+    meta.add_argument("--per-turn", action="store_true",
+                      help="a --per-turn run: measure each turn's verdict against the turn's human label "
+                           "(human.turns: {\"2\": 4, ...}) instead of the conversation's verdict")
     meta.add_argument("--family", action="append", metavar="NAME=REGEX",
                       help="a model family rule checked before the built-in ones, e.g. 'Acme=acme-|ourbot' "
                            "(repeatable; the same-family warning)")
@@ -266,6 +270,11 @@ def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, An
 
 def cmd_metaeval(args: argparse.Namespace) -> int:
     named, paths, manifests = read_runs(args.run_dir)
+    if args.per_turn:
+        named = [(name, turn_records(records)) for name, records in named]
+        for name, records in named:
+            if not records:
+                raise ValueError(f"{name}: --per-turn needs a run judged with --per-turn (its verdicts' turns)")
     rules = [*parse_rules(args.family), *FAMILIES]  # a bad rule fails before any work
     methods = evaluate(named, args)
     check(methods, args)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jurygraph.cli.preflight import UsageError
-from jurygraph.cli.protocols import ProtocolSetup
+from jurygraph.cli.protocols import ProtocolSetup, read_rubric
 from jurygraph.llm.limits import ProviderGates, parse_limits
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen
 from jurygraph.llm.redact import redact_url
@@ -67,7 +67,9 @@ def context_from_args(args: argparse.Namespace, setup: ProtocolSetup | None = No
     limits = parse_limits(args.rps, args.in_flight)
     return JuryContext(models=per_agent, default=default, gates=ProviderGates(limits) if limits else None,
                        structured_output=bool(getattr(args, "structured_output", False)),
-                       gen=parse_gen(getattr(args, "gen", None)))
+                       gen=parse_gen(getattr(args, "gen", None)),
+                       rubric=read_rubric(getattr(args, "rubric", None)),
+                       max_context_tokens=getattr(args, "max_context_tokens", None))
 
 
 def _one_provider_per_base_url(specs: Sequence[Any], base_url: str | None) -> None:

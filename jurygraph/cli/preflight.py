@@ -22,7 +22,7 @@ _BOUNDS: dict[str, tuple[float, bool]] = {
     "limit": (1, False), "concurrency": (1, False), "timeout": (0, True), "max_retries": (0, False),
     "workers": (1, False), "shard_size": (1, False),
     # protocol options where 0 is meaningful: no peer discussion (ReFeR's own procedure), exact agreement
-    "peer_discussion": (0, False), "consensus_tolerance": (0, False),
+    "peer_discussion": (0, False), "consensus_tolerance": (0, False), "max_context_tokens": (1, False),
 }
 
 

@@ -4,14 +4,17 @@ models. Graph modules stay pure factories: nothing here is imported by them.
 
 ``--calibrate`` wraps whichever pairwise protocol was chosen (:func:`calibrate_setup`); ChatEval and its
 baselines judge pairwise data in both orders by default, as ChatEval's position calibration
-(:func:`paper_positions`). ``--escalate-when`` / ``--review-when`` (``DOUBT_OPTIONS``, read by every protocol) then
+(:func:`paper_positions`). ``--per-turn`` (``CONVERSATION_OPTIONS``, read by every protocol, with ``--rubric``,
+``--max-context-tokens`` and ``--turn-aggregate``) judges each assistant turn of a conversation item
+(:func:`turns_setup`). ``--escalate-when`` / ``--review-when`` (``DOUBT_OPTIONS``, read by every protocol) then
 route the doubtful items after the verdict to a stronger judge or a person (:func:`routed_setup`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,15 +33,17 @@ from jurygraph.graphs.geval import create_analyze_rate, create_geval
 from jurygraph.graphs.peer_discussion import create_refer_discussion
 from jurygraph.graphs.refer import AREA_CHAIR, VARIANTS, create_refer, create_refer_peer, variant_samples
 from jurygraph.graphs.single import create_single_agent
+from jurygraph.graphs.turns import TURN_AGGREGATES, per_turn, turns_to_judge
 from jurygraph.judging.aggregation import AGGREGATE_METHODS
 from jurygraph.judging.benchmarks import task_of
 from jurygraph.judging.doubt import SIGNALS, parse_conditions
-from jurygraph.judging.items import TaskKind
+from jurygraph.judging.items import EvalItem, TaskKind
 from jurygraph.llm.models import ModelSpec
 from jurygraph.nodes.debate import CRITIC_PERSONAS, NO_ISSUE_RULES
 from jurygraph.nodes.discussion import SUMMARY_MODES
 from jurygraph.nodes.geval import ESTIMATORS, FLUENCY_SCALES
 from jurygraph.nodes.refer import FEEDBACK_MODES
+from jurygraph.prompts import load_prompt_file
 
 
 @dataclass
@@ -50,6 +55,7 @@ class ProtocolSetup:
     params: dict[str, Any] = field(default_factory=dict)
     every_agent_has_a_model: bool = False  # ``models`` covers every agent: no --model needed
     escalation_requests: int = 0  # the most requests an escalated item adds (0: no escalation)
+    turns: int = 1  # --per-turn: the most assistant turns one item has (each judged by the whole protocol)
 
     def requests_per_item(self) -> int:
         """The most model requests one item can cost under these parameters (every format re-ask and loop
@@ -57,7 +63,7 @@ class ProtocolSetup:
         params = self.params
         protocol = PROTOCOLS.get(str(params.get("protocol")))
         count = protocol.requests(params) if protocol and protocol.requests else _by_nodes(self)
-        return count * calibration_factor(params) + self.escalation_requests
+        return count * calibration_factor(params) * self.turns + self.escalation_requests
 
     def stop_bounds(self) -> tuple[str, str] | None:
         """When a plan may stop early, what gives its fewest and its most requests (what a dry run scripts);
@@ -353,6 +359,22 @@ PROTOCOLS: dict[str, Protocol] = {
                              single_agent_requests=lambda args: _samples_plan({"samples": args.samples})),
 }
 
+# read by every protocol: how it judges conversation items (messages, tool calls; issue 31)
+CONVERSATION_OPTIONS: list[Option] = [
+    option("--rubric", metavar="FILE",
+           help="conversation items: your rubric (a text file: the criterion, any '#:' header lines dropped) instead "
+                "of the built-in one of the item's aspect (helpfulness, tool_use, task_completion, safety)"),
+    option("--max-context-tokens", type=int, metavar="N",
+           help="conversation items: render a conversation whole up to N tokens, then with its middle messages "
+                "elided (said in the prompt); the task and the turn judged are never elided (default: no limit)"),
+    option("--per-turn", action="store_true",
+           help="conversation items: judge each assistant turn in its context and give per-turn verdicts plus the "
+                "conversation's (--turn-aggregate); jurygraph's own"),
+    option("--turn-aggregate", choices=TURN_AGGREGATES, default="mean",
+           help="--per-turn: the conversation's verdict is the mean of the turns' scores (default) or the lowest "
+                "(min: the worst turn)"),
+]
+
 # read by every protocol: what happens, after the verdict, to the items the panel is unsure of
 DOUBT_OPTIONS: list[Option] = [
     option("--escalate-when", nargs="+", action="extend", metavar="CONDITION",
@@ -399,6 +421,9 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     dests = [group.add_argument(spec.flag, **spec.kwargs).dest for spec in OPTIONS]
     # remembered so a run's manifest can record, and --resume restore, exactly the protocol's options
     parser.set_defaults(protocol_dests=dests)
+    conversations = parser.add_argument_group("conversation items (every protocol)")
+    for spec in CONVERSATION_OPTIONS:
+        conversations.add_argument(spec.flag, **spec.kwargs)
     doubt = parser.add_argument_group("doubtful items (every protocol)")
     for spec in DOUBT_OPTIONS:
         doubt.add_argument(spec.flag, **spec.kwargs)
@@ -476,9 +501,61 @@ def build_protocol(args: argparse.Namespace) -> ProtocolSetup:
         paper_positions(args)
     setup = protocol.build(args)
     setup.params.setdefault("protocol", args.protocol)
-    setup = _calibrated(setup, protocol, args)
+    setup = turns_setup(_calibrated(setup, protocol, args), args)
     setup.graph = trajectory_setup(setup.graph, setup.params, args)  # before the panel; escalation after it
     return routed_setup(setup, args)
+
+
+def turns_setup(setup: ProtocolSetup, args: argparse.Namespace) -> ProtocolSetup:
+    """The conversation options: ``--per-turn`` wraps the (calibrated) protocol with
+    :func:`~jurygraph.graphs.turns.per_turn`; ``--rubric`` and ``--max-context-tokens`` reach the templates
+    through the run's context (:func:`jurygraph.cli.options.context_from_args`). Each is recorded in ``params``
+    only when chosen, so a run without them has the manifest it had."""
+    params = dict(setup.params)
+    if getattr(args, "rubric", None):
+        params["rubric"] = str(args.rubric)
+    if getattr(args, "max_context_tokens", None):
+        params["max_context_tokens"] = int(args.max_context_tokens)
+    if not getattr(args, "per_turn", False):
+        if getattr(args, "turn_aggregate", "mean") != "mean":
+            raise UsageError("--turn-aggregate combines the verdicts of --per-turn: give --per-turn too")
+        return dataclasses.replace(setup, params=params)
+    params.update(per_turn=True, turn_aggregate=args.turn_aggregate)
+    graph = per_turn(setup.graph, aggregate=args.turn_aggregate)
+    return ProtocolSetup(graph, setup.models, params, setup.every_agent_has_a_model, setup.escalation_requests)
+
+
+def read_rubric(path: str | None) -> str | None:
+    """The text of a ``--rubric FILE`` (its ``#:`` header lines dropped); a missing or empty file is a UsageError."""
+    if not path:
+        return None
+    try:
+        text = load_prompt_file(path).strip()
+    except OSError as err:
+        raise UsageError(f"--rubric {path}: {err.strerror or err}") from None
+    if not text:
+        raise UsageError(f"--rubric {path}: the file holds no rubric text")
+    return text
+
+
+def check_conversations(args: argparse.Namespace, items: Iterable[EvalItem]) -> int:
+    """Before any request: the conversation options need conversation items (given on data without any, they
+    would change nothing); returns the most assistant turns ``--per-turn`` judges of one item (1 without it)."""
+    given = [flag for flag, value in (("--rubric", getattr(args, "rubric", None)),
+                                      ("--max-context-tokens", getattr(args, "max_context_tokens", None)),
+                                      ("--per-turn", getattr(args, "per_turn", False))) if value]
+    if not given:
+        return 1
+    most, conversations = 1, 0
+    for item in items:
+        if item.conversational:
+            conversations += 1
+            if args.per_turn:
+                most = max(most, len(turns_to_judge(item)))
+    if not conversations:
+        raise UsageError(f"{', '.join(given)}: for conversation items (with messages), and "
+                         f"{getattr(args, 'dataset', None) or 'the dataset'} has none")
+    return most
 
 
 def available_signals(protocol: str, params: dict[str, Any], task: str | None) -> set[str] | None:

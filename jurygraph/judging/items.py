@@ -163,6 +163,8 @@ class EvalItem(BaseModel):
             raise ValueError(
                 f"item {self.id!r}: a {self.task.value} item needs {', '.join(repr(m) for m in missing)}"
             )
+        if self.human and "turns" in self.human:
+            self.human = {**self.human, "turns": self._turn_labels(self.human["turns"])}
         if self.human and self.task is TaskKind.PAIRWISE and "label" in self.human:
             label = pairwise_label(self.human["label"])
             if label is None:
@@ -170,6 +172,25 @@ class EvalItem(BaseModel):
                                  "(or A/B, model_a/model_b, Assistant 1/2, tie in any case)")
             self.human = {**self.human, "label": label}
         return self
+
+    def _turn_labels(self, labels: Any) -> dict[str, Any]:
+        """``human["turns"]``: per-turn human labels of a conversation item, keyed by the turn ("2"), pairwise labels
+        in their canonical spelling."""
+        if not self.conversational or not isinstance(labels, dict):
+            raise ValueError(f"item {self.id!r}: human 'turns' holds per-turn labels of a conversation item, as "
+                             "{\"1\": 4, \"2\": 5}")
+        out: dict[str, Any] = {}
+        for key, value in labels.items():
+            if not str(key).isdigit() or int(key) < 1:
+                raise ValueError(f"item {self.id!r}: human turns: {key!r} is not a turn number (1, 2, ...)")
+            if self.task is TaskKind.PAIRWISE and not isinstance(value, dict):
+                label = pairwise_label(value)
+                if label is None:
+                    raise ValueError(f"item {self.id!r}: human label {value!r} of turn {key} must be '1', '2' or "
+                                     "'tie' (or A/B, model_a/model_b, Assistant 1/2)")
+                value = label
+            out[str(int(key))] = value
+        return out
 
     @property
     def reference_text(self) -> str | None:

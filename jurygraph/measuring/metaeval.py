@@ -6,7 +6,9 @@ A run's ``results.jsonl`` (see :mod:`jurygraph.running.runner`) holds one record
 - predicted score = ``verdict["score"]``, human score = ``human[aspect]``;
 - predicted label = ``verdict["label"]`` (pairwise) or ``verdict["answer"]`` (choice) vs ``human``'s;
 - a record that failed, or whose verdict is missing or has no value, is a *missing verdict*: counted
-  and excluded, never imputed; a record without the human label is counted apart (``no_human``).
+  and excluded, never imputed; a record without the human label is counted apart (``no_human``);
+- a ``--per-turn`` run's turns are measured against per-turn human labels (``human["turns"]``) by
+  :func:`turn_records` (``jurygraph metaeval --per-turn``).
 
 The correlation level follows the literature for each benchmark (:func:`default_level`): SummEval is
 summary-level (per document, averaged), everything else pooled (Topical-Chat turn-level as in ChatEval,
@@ -140,6 +142,32 @@ def label_data(records: Iterable[Mapping[str, Any]], kind: str = "pairwise") -> 
         data.predicted.append(str(value))
         data.human.append(str(human))
     return data
+
+
+def turn_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The per-turn verdicts of a ``--per-turn`` run as records of their own, each beside the human label of its
+    turn: ``human["turns"]`` maps a turn (``"2"``) to its label (a score item: a number, the record's aspect, or
+    ``{aspect: number}``; a pairwise item: ``"1"``/``"2"``/``"tie"`` or ``{"label": ...}``). A turn record's id is
+    ``<id>#turn<k>``, its group the conversation's (the bootstrap resamples conversations, whose turns are not
+    independent). Records without per-turn verdicts are left out."""
+    out: list[dict[str, Any]] = []
+    for record in latest_records(records):
+        verdict = record.get("verdict") or {}
+        turns = (verdict.get("detail") or {}).get("turns")
+        if not isinstance(turns, list):
+            continue
+        labels = (record.get("human") or {}).get("turns") or {}
+        aspect = record.get("aspect") or "score"
+        for entry in turns:
+            turn = entry.get("turn")
+            label = labels.get(str(turn))
+            if label is not None and not isinstance(label, Mapping):
+                label = {"label": label} if record.get("task") == "pairwise" else {aspect: label}
+            out.append({**{k: record.get(k) for k in ("task", "dataset", "aspect", "status")},
+                        "id": f"{record.get('id')}#turn{turn}", "turn": turn,
+                        "group": record.get("group") if record.get("group") is not None else record.get("id"),
+                        "human": label, "verdict": entry})
+    return out
 
 
 # --- results ---------------------------------------------------------------------------------------

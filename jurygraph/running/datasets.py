@@ -560,8 +560,9 @@ def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[
     if data["task"] == TaskKind.SCORE.value and isinstance(data.get("human"), dict):
         # an empty cell is no label (the item still loads; metaeval counts it as unlabelled)
         # a label that is not a number ("abc") is an error in the file, not a missing label
-        data["human"] = {k: _number(v, f"human.{k}") for k, v in data["human"].items()
-                         if v not in ("", None)} or None
+        # per-turn labels of a conversation (human.turns: {"2": 4}) are numbers too, checked per turn
+        data["human"] = {k: _turn_numbers(v) if k == "turns" and isinstance(v, Mapping) else _number(v, f"human.{k}")
+                         for k, v in data["human"].items() if v not in ("", None)} or None
     for name in ("low", "high"):
         if f"scale_{name}" in data:
             # a new dict: a default scale (--scale) is shared by every row
@@ -592,6 +593,11 @@ def _parse_json_cell(data: dict[str, Any], name: str) -> None:
                                "messages") from None
     if name != "reference" or (isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)):
         data[name] = parsed
+
+
+def _turn_numbers(labels: Mapping[str, Any]) -> dict[str, Any]:
+    return {turn: value if isinstance(value, Mapping) else _number(value, f"human.turns.{turn}")
+            for turn, value in labels.items() if value not in ("", None)}
 
 
 _VALUE_MAP = re.compile(r"^(?P<target>[^\[\]]+)\[(?P<value>[^\]]*)\]$")

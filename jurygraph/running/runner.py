@@ -154,7 +154,7 @@ def item_record(item: EvalItem, values: Mapping[str, Any], status: str, error: s
     verdict = values.get("verdict")
     record: dict[str, Any] = {
         "id": item.id, "status": status, "task": item.task.value, "dataset": item.dataset,
-        "aspect": item.aspect, "group": item.group, "human": item.human,
+        "aspect": item.aspect, "turn": item.turn, "group": item.group, "human": item.human,
         "verdict": verdict, "judgments": judgments,
         "n_missing": sum(1 for j in judgments.values() if j.get("missing")),
         "usage": values.get("usage") or {},
