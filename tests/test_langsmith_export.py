@@ -25,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = """
 import sys
 from langchain_core.messages import HumanMessage
-from langchain_core.tracers.langchain import wait_for_all_tracers
+from langchain_core.tracers.langchain import get_client, wait_for_all_tracers
 from tests.scripted_agent import TASKS, build_agent
 
 app = build_agent(None)
 for i, task in enumerate(TASKS[:3]):
     app.invoke({"messages": [HumanMessage(task)]}, {"run_name": "weather agent", "metadata": {"task": i}})
 wait_for_all_tracers()
+get_client().flush()  # every run's end (its outputs) sent before the process exits
 """
 
 
@@ -75,7 +76,9 @@ def test_one_item_per_trace_with_messages_and_steps(runs: list[dict[str, Any]], 
 def test_chat_model_and_openai_runs(runs: list[dict[str, Any]], tmp_path: Path) -> None:
     # only the chat model's runs exported: each is its own item, its prompt and its reply (a tool call)
     llm = [run for run in runs if run["run_type"] == "llm"]
-    items = load_dataset(write(tmp_path / "llm.json", llm)).items
+    llm_runs = load_dataset(write(tmp_path / "llm.json", llm))
+    assert not llm_runs.errors, [str(e) for e in llm_runs.errors]
+    items = llm_runs.items
     assert len(items) == len(llm)
     first = items[0]
     assert [m.role for m in first.messages or []] == ["user", "assistant"]
