@@ -165,3 +165,12 @@ def test_metaeval_reports_the_humans_agreement_beside_the_panels(openai_server, 
     assert votes["panel"]["without_ties"] == {"agree": 5, "pairs": 6, "rate": 0.833333}
     assert main(["metaeval", str(out), "--resamples", "0", "--vote-judges", "expert"]) == 0
     assert "agreement with the human votes (judges expert*)" in capsys.readouterr().out
+
+
+def test_chateval_judges_both_orders_as_on_faireval(capsys: pytest.CaptureFixture[str]) -> None:
+    """The file's layout says its items are pairwise, as a built-in name does: ChatEval's single agent judges each
+    item in both answer orders by default (its position calibration), without --task."""
+    assert main(["eval", "--protocol", "single", "--dataset", str(DATA), "--model", "openai:gpt-4o-mini",
+                 "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["items"] == 4 and plan["requests"] == 8

@@ -25,7 +25,7 @@ from jurygraph.cli.protocols import (
     check_options,
     check_task,
 )
-from jurygraph.judging.items import Scale
+from jurygraph.judging.items import Scale, TaskKind
 from jurygraph.llm.cache_postgres import is_postgres_url
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
@@ -192,6 +192,10 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args.dataset, aspect=args.aspect, task=args.task, mapping=key_values(args.mapping, "--map"),
         reverse=args.reverse, scale=_scale(args.scale))
     source = redact_url(args.from_threads) if args.from_threads else str(args.dataset)
+    if args.task is None and not dataset.streamed and dataset.tasks == {TaskKind.PAIRWISE.value}:
+        # a file in a pairwise benchmark's layout (FairEval's, MT-Bench's) says its task as a built-in name does:
+        # ChatEval and its baselines then judge both answer orders, as the paper does (paper_positions)
+        args.task = TaskKind.PAIRWISE.value
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)
     if not len(dataset):

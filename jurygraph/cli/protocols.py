@@ -441,7 +441,8 @@ def paper_positions(args: argparse.Namespace) -> None:
     each assistant's scores over the referees and both orders. So on a pairwise dataset the command line of
     ``chateval``, ``single`` and ``ensemble`` applies FairEval's BPC (``--calibrate bpc``) unless another
     calibration is asked for or ``--no-calibrate`` keeps one order. The task must be known: a built-in
-    dataset or ``--task pairwise``; a factory called from Python is never wrapped."""
+    dataset, a file in a pairwise benchmark's layout (FairEval's, MT-Bench's) or ``--task pairwise``; a factory
+    called from Python is never wrapped."""
     if _task(args) == TaskKind.PAIRWISE and getattr(args, "calibrate", None) is None \
             and not getattr(args, "no_calibrate", False):
         args.calibrate = "bpc"
