@@ -53,8 +53,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of ``eval``: the protocol's, the data's, the models' and the run's."""
     add_protocol_arguments(parser)
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", help="faireval, summeval, topical-chat, or a file (.json in their layouts, "
-                                        ".jsonl/.csv with --task and --map)")
+    data.add_argument("--dataset", help="faireval, summeval, topical-chat, or a file: .json in their layouts, "
+                                        "MT-Bench's human judgments or a LangSmith run export (.json or .jsonl, "
+                                        "recognised from their fields), .jsonl/.csv tables with --task and --map")
     data.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")
     data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...)")
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
