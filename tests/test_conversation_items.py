@@ -131,3 +131,48 @@ def test_plain_items_are_unchanged() -> None:
     assert not item.conversational
     assert coerce_item(None, item) == {"id": "x", "task": "pairwise", "question": "q", "response_1": "a",
                                        "response_2": "b", "meta": {}}
+
+
+# --- rendering ---------------------------------------------------------------------------------------------------
+
+
+def test_a_message_renders_with_its_role_tool_calls_and_results() -> None:
+    from jurygraph.judging.conversations import message_text
+
+    call = Message.model_validate(TRAJECTORY[2])
+    assert message_text(call) == '### Assistant:\n[calls search_flights with {"to": "OSL"} (call call_1)]'
+    result = Message.model_validate(TRAJECTORY[3])
+    assert message_text(result, {"call_1": "search_flights"}) == \
+        "### Tool result of search_flights (call call_1):\nSK123 at 09:10"
+    assert message_text(Message(role="system", content="Be brief.")) == \
+        "### System (instructions to the assistant):\nBe brief."
+    assert message_text(Message(role="user", content="hi", name="ana")) == "### User (ana):\nhi"
+
+
+def test_the_budget_elides_the_middle_of_each_block_first_and_says_how_many() -> None:
+    from jurygraph.judging.conversations import ContextBudgetExceeded, conversation_block, fit_blocks
+
+    messages = parse_messages([{"role": "user", "content": "task"}] + [
+        {"role": "assistant" if i % 2 else "user", "content": f"message {i} " + "word " * 20} for i in range(1, 11)],
+        item="long")
+    words = len  # one "token" a character: exact arithmetic
+    block = conversation_block(messages, judged=(10, 11))
+    whole = fit_blocks([conversation_block(messages, judged=(10, 11))], None, words)
+    assert "elided" not in whole
+    text = fit_blocks([block], len(whole) - 200, words)
+    assert len(text) <= len(whole) - 200
+    kept = [i for i in range(1, 11) if f"message {i} " in text]
+    # the middle went first: what is left is both ends (the task, the turn judged and the message it answers)
+    assert kept[0] == 1 and kept[-2:] == [9, 10] and "[… " in text
+    missing = [i for i in range(1, 11) if i not in kept]
+    assert missing == list(range(missing[0], missing[-1] + 1))  # one run
+    assert f"[… {len(missing)} messages elided …]" in text
+    with pytest.raises(ContextBudgetExceeded, match="item 'long'"):
+        fit_blocks([conversation_block(messages, judged=(10, 11))], 50, words, item="long")
+
+
+def test_per_turn_diagram(snapshot) -> None:
+    from jurygraph import create_single_agent
+    from jurygraph.graphs.turns import per_turn
+
+    assert per_turn(create_single_agent()).compile().get_graph().draw_mermaid() == snapshot

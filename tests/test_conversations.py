@@ -317,7 +317,8 @@ CLI_CASES = [("chateval", "score", ()), ("chateval", "score", ("--per-turn",)), 
              ("ensemble", "score", ()), ("refer", "score", ("--samples", "3")), ("geval", "score", ("--per-turn",)),
              ("analyze-rate", "score", ()), ("chateval", "pairwise", ()), ("single", "pairwise", ("--per-turn",)),
              ("ensemble", "pairwise", ("--no-calibrate",)), ("single", "pairwise", ("--calibrate", "bpc")),
-             ("chateval", "score", ("--max-context-tokens", "300"))]
+             ("chateval", "score", ("--max-context-tokens", "300")), ("chateval", "score", ("--devil",)),
+             ("refer", "score", ("--peer-discussion", "1", "--samples", "2"))]
 
 
 @pytest.mark.parametrize(("protocol", "kind", "extra"), CLI_CASES)
@@ -328,7 +329,9 @@ def test_the_dry_run_counts_exactly_what_a_run_sends(protocol: str, kind: str, e
     planned = dry_run(capsys, args)
     assert server.requests == []  # a dry run sends nothing
     assert main(args) == 0
-    assert planned["requests"] == len(server.requests)
+    # the devil's advocate (DEBATE's Critic persona) always objects here: the most a plan with a loop sends
+    expected = planned["requests"]["max"] if isinstance(planned["requests"], dict) else planned["requests"]
+    assert expected == len(server.requests)
     records = read_results(tmp_path / "run")
     assert all(r["status"] == "ok" and not r["verdict"]["missing"] for r in records)
 
@@ -435,3 +438,32 @@ def test_a_per_turn_run_resumes_with_the_turns_left(tmp_path: Path) -> None:
     assert [turn_of(c.prompt) for c in fixed.calls] == [3]
     [record] = read_results(tmp_path)
     assert [t["score"] for t in record["verdict"]["detail"]["turns"]] == [3, 4, 5]
+
+
+def test_the_docs_show_the_rendering_as_it_is() -> None:
+    from jurygraph.nodes.conversation import conversation_text
+
+    docs = (Path(__file__).parents[1] / "docs" / "CONVERSATIONS.md").read_text(encoding="utf-8")
+    shown = docs.split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert shown == conversation_text(items("score")["flight-turn-2"], 150)
+
+
+def test_doubt_signals_of_a_calibrated_per_turn_panel_read_each_order_back(openai_server) -> None:
+    from jurygraph.judging.doubt import doubt_signals
+    from jurygraph.measuring.members import in_original_order
+
+    server = openai_server(responder)
+    out = judge(per_turn(calibrate(create_ensemble())), items("pairwise")["haiku"], server)
+    assert "turn_2/swapped_order/Critic" in out["judgments"] and out["verdict"]["label"] == "tie"
+
+    def said(one: float, two: float) -> dict[str, Any]:
+        return {"agent": "x", "kind": "pairwise", "score_1": one, "score_2": two, "label": "1" if one > two else "2"}
+
+    # A prefers whichever answer it is shown first; B prefers answer 1, C answer 2, in both orders
+    judgments = {f"turn_1/{order}/{member}": said(*scores) for member, pairs in {
+        "A": ((7, 4), (7, 4)), "B": ((7, 4), (4, 7)), "C": ((4, 7), (7, 4))}.items()
+        for order, scores in zip(("original_order", "swapped_order"), pairs, strict=True)}
+    state = {"item": {"task": "pairwise"}, "judgments": judgments, "verdict": {"kind": "pairwise", "label": "tie"}}
+    # read back in the original order: A ties, B says 1, C says 2 (read as shown, A would say 1, B and C tie)
+    assert doubt_signals(state)["agreement"] == round(1 / 3, 6)
+    assert in_original_order("turn_1/swapped_order", said(4, 7))["score_1"] == 7

@@ -176,7 +176,8 @@ def _members(judgments: Mapping[str, Any], kind: TaskKind) -> dict[str, Member]:
         run, _, agent = key.rpartition("/")
         if _SAMPLE.search(key) or agent == AREA_CHAIR:
             continue
-        judgment = map_back(dict(data)) if run.startswith(SWAPPED) else dict(data)
+        # a calibration's run, possibly inside a per-turn run ("turn_2/swapped_order")
+        judgment = map_back(dict(data)) if run.rpartition("/")[2].startswith(SWAPPED) else dict(data)
         runs_of.setdefault(agent, []).append(Judgment.model_validate(judgment))
     found: dict[str, Member] = {}
     for agent, runs in runs_of.items():

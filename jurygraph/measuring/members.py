@@ -46,8 +46,10 @@ def agent_of(key: str) -> tuple[str | None, str]:
 
 
 def in_original_order(run: str | None, judgment: Mapping[str, Any]) -> dict[str, Any]:
-    """A calibration run's judgment stated for the original answer order."""
-    return map_back(dict(judgment)) if run is not None and run.startswith(SWAPPED) else dict(judgment)
+    """A calibration run's judgment stated for the original answer order (the run possibly inside a per-turn run,
+    ``turn_2/swapped_order``)."""
+    swapped = run is not None and run.rpartition("/")[2].startswith(SWAPPED)
+    return map_back(dict(judgment)) if swapped else dict(judgment)
 
 
 def _score(value: Any) -> dict[str, Any]:
