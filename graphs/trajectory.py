@@ -115,8 +115,10 @@ def match_first(builder: StateGraph, match: TrajectoryMatch | str = "strict", *,
         raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
     source = source or verdict_node(builder)
     starts = sorted(target for origin, target in edges_of(builder) if origin == START)
-    if not starts or START in builder.branches:
-        raise ValueError("the panel's graph should start with plain edges from START")
+    fan_out = builder.branches.get(START) or {}
+    if bool(starts) == bool(fan_out) or len(fan_out) > 1:
+        raise ValueError("the panel's graph should start with plain edges from START, or with one conditional edge "
+                         "(a fan-out such as per_turn's)")
 
     def first(state: dict[str, Any]) -> dict[str, Any]:
         item = state["item"]
@@ -134,8 +136,17 @@ def match_first(builder: StateGraph, match: TrajectoryMatch | str = "strict", *,
 
     node: RunnableLambda = RunnableLambda(first, name=TRAJECTORY_MATCH)
     builder.add_node(TRAJECTORY_MATCH, node)
-    replace_edges(builder, remove=[(START, target) for target in starts],
-                  add=[(START, TRAJECTORY_MATCH), *((TRAJECTORY_MATCH, target) for target in starts)])
-    branch_when(builder, TRAJECTORY_MATCH, [(DECIDED, decided, END)])
+    if starts:
+        replace_edges(builder, remove=[(START, target) for target in starts],
+                      add=[(START, TRAJECTORY_MATCH), *((TRAJECTORY_MATCH, target) for target in starts)])
+        branch_when(builder, TRAJECTORY_MATCH, [(DECIDED, decided, END)])
+    else:  # the panel starts with a conditional edge (per_turn's Send fan-out): the match routes before it
+        (panel,) = builder.branches.pop(START).values()
+
+        def route(state: dict[str, Any]) -> Any:
+            return DECIDED if decided(state) else panel.path.invoke(state)
+
+        builder.add_edge(START, TRAJECTORY_MATCH)
+        builder.add_conditional_edges(TRAJECTORY_MATCH, route, {**(panel.ends or {}), DECIDED: END})
     insert_after(builder, source, RECORD_MATCH, RunnableLambda(after_panel, name=RECORD_MATCH))
     return builder

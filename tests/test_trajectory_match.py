@@ -188,3 +188,18 @@ def test_the_graph_shows_the_stage() -> None:
     assert any(source == RECORD_MATCH and target == "__end__" for source, target, _ in edges)
     with pytest.raises(ValueError, match="on_mismatch"):
         match_first(create_single_agent(), "strict", on_mismatch="maybe")  # type: ignore[arg-type]
+
+
+def test_before_a_per_turn_panel() -> None:
+    """per_turn starts with a fan-out (a conditional edge of Sends): the match routes before it, and a mismatch
+    still has each turn judged."""
+    from jurygraph.graphs.turns import per_turn
+
+    model = judge()
+    graph = match_first(per_turn(create_single_agent()), "strict").compile()
+    context = JuryContext(default=model)
+    matched = graph.invoke({"item": score_item("m", agent(PARIS, OSLO), REFERENCE)}, context=context)
+    assert model.calls == [] and decided_by(matched["verdict"]) == "trajectory_match"
+    mismatch = graph.invoke({"item": score_item("x", agent(PARIS), REFERENCE)}, context=context)
+    assert len(model.calls) == 1  # the one assistant turn
+    assert mismatch["verdict"]["score"] == 3.0 and mismatch["verdict"]["detail"][TRAJECTORY_MATCH]["decided"] is False
