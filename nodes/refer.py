@@ -174,11 +174,11 @@ def _text_slots(item: EvalItem, tpl: ReferTemplate) -> dict[str, Any]:
         # BBH's prompt has no options slot: its questions carry them, so given options go with the question
         question = f"{question}\n{format_options(item.options)}"
     parts = [("Input", item.source), ("Context", item.context), ("Question", item.question),
-             ("Response", item.response), ("Reference", item.reference)]
+             ("Response", item.response), ("Reference", item.reference_text)]
     return {
         "source": item.source or "", "context": item.context or "", "response": item.response or "",
         "question": question, "options": format_options(item.options) if item.options else "",
-        "reference": item.reference or "", "aspect": aspect_name, "label": tpl.label if tpl.label != "Rating"
+        "reference": item.reference_text or "", "aspect": aspect_name, "label": tpl.label if tpl.label != "Rating"
         else title, "criteria": criteria, "steps": steps, "scale": scale_text,
         "input": "\n\n".join(f"{name}: {text}" for name, text in parts if text),
     }

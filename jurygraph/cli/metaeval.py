@@ -52,7 +52,9 @@ from jurygraph.measuring.tables import (
     distribution_table,
     label_table,
     results_csv,
+    votes_table,
 )
+from jurygraph.measuring.votes import votes_json
 from jurygraph.running.rundir import CHECKPOINTS, RunManifest, read_manifest
 
 
@@ -72,6 +74,8 @@ def report(methods: Sequence[MethodResult], out: Path | None = None, *, statisti
         tables.append(("table", correlation_table(scored, statistics)))
     if labelled:
         tables.append(("table" if not scored else "pairwise", label_table(labelled)))
+    if any(m.votes is not None for m in labelled):
+        tables.append(("votes", votes_table(labelled)))
     details = detail_table(methods)
     for _, table in [*tables, ("details", details)]:
         texts.append(table.text())
@@ -124,6 +128,9 @@ def add_arguments(meta: argparse.ArgumentParser) -> None:
     meta.add_argument("--json", action="store_true",
                       help="print everything (agreement, position bias, panel diagnostics) as one JSON object "
                            "(with --out, also OUT/metaeval.json)")
+    meta.add_argument("--vote-judges", metavar="PREFIX",
+                      help="items with several people's votes (MT-Bench): count only the votes of judges whose name "
+                           "starts with PREFIX, e.g. expert (FastChat's compute_agreement.py; default: every vote)")
     meta.add_argument("--no-panel", action="store_true",
                       help="skip the panel diagnostics (members, error correlation, conformity, same family)")
     meta.add_argument("--per-turn", action="store_true",
@@ -139,7 +146,8 @@ def evaluate(named_records: Sequence[tuple[str, list[dict[str, Any]]]],
               args: argparse.Namespace) -> list[MethodResult]:
     level: Level | None = args.level
     return [evaluate_records(records, name, level=level, resamples=args.resamples, confidence=args.confidence,
-                             seed=args.seed) for name, records in named_records]
+                             seed=args.seed, vote_judges=getattr(args, "vote_judges", None))
+            for name, records in named_records]
 
 
 def check(methods: Sequence[MethodResult], args: argparse.Namespace) -> list[str] | None:
@@ -259,7 +267,8 @@ def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], b
             doubts: Sequence[DoubtReport] = ()) -> dict[str, Any]:
     return {
         "methods": [{"name": m.name, "dataset": m.dataset,
-                     "agreement": {t: agreement_json(m, t) for t in targets(m)}} for m in methods],
+                     "agreement": {t: agreement_json(m, t) for t in targets(m)},
+                     **({"human_votes": votes_json(m.votes)} if m.votes is not None else {})} for m in methods],
         "position": [position_json(b) for b in biases],
         "comparisons": [{"a": a, "b": b, "columns": table.columns, "rows": table.rows}
                         for a, b, table in comparison_tables(methods, pairs, args)],

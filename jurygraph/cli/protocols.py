@@ -26,6 +26,7 @@ from typing import Any
 from langgraph.graph import StateGraph
 
 from jurygraph.cli.preflight import UsageError
+from jurygraph.cli.trajectory import add_trajectory_arguments, trajectory_setup
 from jurygraph.graphs import calibration
 from jurygraph.graphs.calibration import NO_CALIBRATE, calibrate
 from jurygraph.graphs.escalation import ESCALATION, route_doubtful
@@ -59,12 +60,13 @@ class ProtocolSetup:
     params: dict[str, Any] = field(default_factory=dict)
     every_agent_has_a_model: bool = False  # ``models`` covers every agent: no --model needed
     spec: ProtocolSpec | None = None
-    panel_graph: StateGraph | None = None  # the graph before the doubtful items' routes (None: ``graph``)
+    # one judgment of an item: the calibrated protocol, before --per-turn, the trajectory match and the doubtful
+    # items' routes (None: ``graph``); what a plan is counted on
+    panel_graph: StateGraph | None = None
     escalation_graph: StateGraph | None = None  # what an escalated item runs
     escalation_plan: int | None = None  # its most requests, when its spec declares them
-    # --per-turn: the graph each turn is judged with (the calibrated protocol), and the most turns one item of the
-    # loaded data has (:func:`check_conversations`); each turn costs what one judgment of the protocol costs
-    turn_graph: StateGraph | None = None
+    # --per-turn: the most turns one item of the loaded data has (:func:`check_conversations`); each turn costs what
+    # one judgment of the protocol costs
     turns: int = 1
 
     def requests_per_item(self, sample: EvalItem | None = None, context: JuryContext | None = None) -> int:
@@ -77,7 +79,7 @@ class ProtocolSetup:
         if spec is not None and spec.plan is not None:
             count = spec.plan(params) * calibration_factor(params)
         else:
-            count = _counted(self.turn_graph or self.panel_graph or self.graph, sample, context)
+            count = _counted(self.panel_graph or self.graph, sample, context)
         return count * self.turns + self.escalation_requests(sample, context)
 
     def escalation_requests(self, sample: EvalItem | None = None, context: JuryContext | None = None) -> int:
@@ -237,6 +239,7 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     doubt = parser.add_argument_group("doubtful items (every protocol)")
     for flag, kwargs in DOUBT_OPTIONS:
         doubt.add_argument(flag, **kwargs)
+    add_trajectory_arguments(parser)
 
 
 # read by every protocol: how it judges conversation items (messages, tool calls; issue 31); which items a protocol
@@ -292,8 +295,8 @@ def position_defaults(spec: ProtocolSpec, values: dict[str, Any], args: argparse
     each assistant's scores over the referees and both orders. So a protocol whose spec asks for it
     (``position_calibration``) applies FairEval's BPC (``--calibrate bpc``) to pairwise data unless another
     calibration is asked for or ``--no-calibrate`` keeps one order. Decided on the loaded data, whatever its
-    source (a built-in dataset, a file in its layout, a table with ``--task pairwise``); a factory called from
-    Python is never wrapped. Recorded in ``args`` too, so the run's manifest says what ran."""
+    source (a built-in dataset, a file in its layout or MT-Bench's, a table with ``--task pairwise``); a factory
+    called from Python is never wrapped. Recorded in ``args`` too, so the run's manifest says what ran."""
     if not spec.position_calibration or task != TaskKind.PAIRWISE or values.get("calibrate") is not None \
             or values.get("no_calibrate"):
         return
@@ -370,7 +373,11 @@ def build_protocol(args: argparse.Namespace, tasks: set[str] | None = None) -> P
     built = spec.create(values)
     setup = _setup(built, spec, args)
     setup.params.setdefault("protocol", args.protocol)
-    setup = turns_setup(_calibrated(setup, built, spec, values, args, task), args)
+    # one judgment of the item, what a plan is counted on: before --per-turn, the trajectory match and the routes
+    setup = _calibrated(setup, built, spec, values, args, task)
+    setup.panel_graph = setup.graph
+    setup = turns_setup(setup, args)
+    setup.graph = trajectory_setup(setup.graph, setup.params, args)  # before the panel; escalation after it
     return routed_setup(setup, spec, values, args, task)
 
 
@@ -389,8 +396,7 @@ def turns_setup(setup: ProtocolSetup, args: argparse.Namespace) -> ProtocolSetup
             raise UsageError("--turn-aggregate combines the verdicts of --per-turn: give --per-turn too")
         return dataclasses.replace(setup, params=params)
     params.update(per_turn=True, turn_aggregate=args.turn_aggregate)
-    return dataclasses.replace(setup, graph=per_turn(setup.graph, aggregate=args.turn_aggregate), params=params,
-                               turn_graph=setup.graph)
+    return dataclasses.replace(setup, graph=per_turn(setup.graph, aggregate=args.turn_aggregate), params=params)
 
 
 def read_rubric(path: str | None) -> str | None:
@@ -541,6 +547,7 @@ def routed_setup(setup: ProtocolSetup, spec: ProtocolSpec, values: dict[str, Any
     if review:
         params["review_when"] = [c.text for c in review]
     graph = route_doubtful(setup.graph, escalate_when=escalate, escalation=escalation, review_when=review)
-    return dataclasses.replace(setup, graph=graph, models=models, params=params, spec=spec, panel_graph=setup.graph,
+    return dataclasses.replace(setup, graph=graph, models=models, params=params, spec=spec,
+                               panel_graph=setup.panel_graph or setup.graph,
                                escalation_graph=escalation,
                                escalation_plan=built.escalation_plan if escalate else None)

@@ -192,6 +192,10 @@ def decision_lines(verdict: dict[str, Any]) -> list[str]:
     """Who decided, when not the panel: the escalation (what sent it, both verdicts) and the review."""
     detail = verdict.get("detail") or {}
     lines = []
+    match = detail.get("trajectory_match")
+    if isinstance(match, dict):  # the tool-call match before the panel (graphs.trajectory)
+        lines.append(f"trajectory match ({match.get('mode')}, tool arguments {match.get('tool_args')}): "
+                     f"{match.get('reason')}; {'decided' if match.get('decided') else 'the panel judged'}")
     escalation = detail.get("escalation")
     if escalation:
         escalated = escalation.get("escalated") or {}

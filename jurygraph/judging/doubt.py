@@ -91,12 +91,15 @@ def panel_verdict(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def decided_by(verdict: Mapping[str, Any] | None) -> str:
-    """Who gave a verdict: ``"review"`` (a person), ``"escalation"`` (the stronger judge) or ``"panel"``."""
+    """Who gave a verdict: ``"review"`` (a person), ``"escalation"`` (the stronger judge), ``"trajectory_match"`` (the
+    tool-call match before the panel, :mod:`jurygraph.graphs.trajectory`) or ``"panel"``."""
     detail = (verdict or {}).get("detail") or {}
     if isinstance(detail.get("review"), Mapping):
         return "review"
     if isinstance(detail.get("escalation"), Mapping):
         return str(detail["escalation"].get("decided_by") or "panel")
+    if isinstance(detail.get("trajectory_match"), Mapping) and detail["trajectory_match"].get("decided"):
+        return "trajectory_match"
     return "panel"
 
 

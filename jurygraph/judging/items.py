@@ -117,7 +117,9 @@ class EvalItem(BaseModel):
     response_1: str | None = None
     response_2: str | None = None
     options: dict[str, str] | None = None
-    reference: str | None = None
+    reference: str | list[Message] | None = Field(
+        default=None, description="a reference answer (text), or a reference trajectory (messages) that an agent's "
+                                  "tool calls are matched against (graphs.trajectory)")
     image: str | None = Field(
         default=None, description="an image as a file path, a data: URL or base64 text (see image_data_url)"
     )
@@ -143,6 +145,16 @@ class EvalItem(BaseModel):
         if value is None:
             return None
         return parse_messages(value, item=str(info.data.get("id", "?")), field=str(info.field_name))
+
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _reference(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        item = str(info.data.get("id", "?"))
+        messages = parse_messages(value, item=item, field="reference")
+        check_messages(messages, item=item, field="reference")
+        return messages
 
     @field_validator("steps", "steps_1", "steps_2", mode="before")
     @classmethod
@@ -204,6 +216,16 @@ class EvalItem(BaseModel):
         return out
 
     @property
+    def reference_text(self) -> str | None:
+        """The reference answer when it is text (None when there is none, or it is a reference trajectory)."""
+        return self.reference if isinstance(self.reference, str) else None
+
+    @property
+    def reference_trajectory(self) -> list[Message] | None:
+        """The reference trajectory when the reference is one (messages), else None."""
+        return self.reference if isinstance(self.reference, list) else None
+
+    @property
     def conversational(self) -> bool:
         """Whether the item is a conversation (it carries messages) rather than texts."""
         return bool(self.messages or self.messages_1 or self.messages_2)
@@ -262,6 +284,9 @@ class EvalItem(BaseModel):
         human = dict(self.human or {})
         if "label" in human:
             human["label"] = SWAP_LABEL[str(human["label"])]
+        if isinstance(human.get("votes"), list):  # several people's votes (MT-Bench), each in the answer order
+            human["votes"] = [{**vote, "label": SWAP_LABEL.get(str(vote.get("label")), vote.get("label"))}
+                              if isinstance(vote, dict) else vote for vote in human["votes"]]
         meta = dict(self.meta)
         if "model_1" in meta or "model_2" in meta:
             meta["model_1"], meta["model_2"] = self.meta.get("model_2"), self.meta.get("model_1")

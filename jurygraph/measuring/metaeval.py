@@ -33,6 +33,7 @@ import numpy as np
 from jurygraph.judging.judgments import PAIRWISE_LABELS
 from jurygraph.measuring import metrics
 from jurygraph.measuring.metrics import Correlation, Interval
+from jurygraph.measuring.votes import VoteAgreement, vote_agreement
 from jurygraph.running.rundir import MANIFEST, RESULTS, read_results
 
 Level = Literal["pooled", "grouped"]
@@ -236,6 +237,7 @@ class MethodResult:
     dataset: str | None
     aspects: dict[str, AspectResult] = field(default_factory=dict)
     labels: LabelResult | None = None
+    votes: VoteAgreement | None = None  # items with several people's votes: agreement with them, and theirs
 
 
 def _correlation_of(data: ScoreData, level: Level, rows: Sequence[int] | None = None) -> Correlation:
@@ -329,8 +331,10 @@ def label_result(data: LabelData, *, resamples: int = 1000, confidence: float = 
 
 
 def evaluate_records(records: Iterable[Mapping[str, Any]], name: str = "run", *, level: Level | None = None,
-                     resamples: int = 1000, confidence: float = 0.95, seed: int | None = 0) -> MethodResult:
-    """Meta-evaluate a method's records (one or several aspects, or pairwise/choice verdicts)."""
+                     resamples: int = 1000, confidence: float = 0.95, seed: int | None = 0,
+                     vote_judges: str | None = None) -> MethodResult:
+    """Meta-evaluate a method's records (one or several aspects, or pairwise/choice verdicts); ``vote_judges``: the
+    agreement with several people's votes counts only the votes of judges whose name starts with it."""
     records = list(records)
     datasets = {r.get("dataset") for r in records if r.get("dataset")}
     dataset = datasets.pop() if len(datasets) == 1 else None
@@ -342,6 +346,7 @@ def evaluate_records(records: Iterable[Mapping[str, Any]], name: str = "run", *,
         if any(r.get("task") == kind for r in records):
             result.labels = label_result(label_data(records, kind), resamples=resamples, confidence=confidence,
                                          seed=seed)
+            result.votes = vote_agreement(latest_records(records), kind, vote_judges)
     return result
 
 

@@ -171,7 +171,7 @@ def item_record(item: EvalItem, values: Mapping[str, Any], status: str, error: s
     }
     if verdict:  # how unsure the panel was, and who decided when a stronger judge or a person did
         record["doubt"] = doubt_signals(values)
-        if {"escalation", "review"} & set(verdict.get("detail") or {}):
+        if {"escalation", "review", "trajectory_match"} & set(verdict.get("detail") or {}):
             record["decided_by"] = decided_by(verdict)
     if error:
         record["error"] = error

@@ -24,6 +24,7 @@ class FakeLangSmith(LocalServer):
 
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
+        self._patched: dict[str, set[str]] = {}  # run id -> the fields a patch set
         self.paths: list[str] = []
         self.api_keys: set[str] = set()
         self._lock = threading.Lock()
@@ -34,13 +35,20 @@ class FakeLangSmith(LocalServer):
         """What to set ``LANGSMITH_ENDPOINT`` to."""
         return self.root_url
 
-    def _merge(self, run_id: str, field: str | None, value: Any) -> None:
+    def _merge(self, run_id: str, field: str | None, value: Any, kind: str = "post") -> None:
+        """Add what a post or patch says of a run. The client may send a run's end (its patch: outputs, end time)
+        before its start (its post) when they go in different requests: as LangSmith does, what a patch set is never
+        undone by a post."""
         with self._lock:
             run = self.runs.setdefault(run_id, {"id": run_id})
-            if field is None:
-                run.update(value)
-            else:
-                run[field] = value
+            patched = self._patched.setdefault(run_id, set())
+            fields = dict(value or {}) if field is None else {field: value}
+            for key, item in fields.items():
+                if kind == "patch":
+                    patched.add(key)
+                elif key in patched:
+                    continue
+                run[key] = item
 
     def _record(self, path: str, content_type: str, body: bytes) -> None:
         if path.startswith("/runs/multipart"):
@@ -48,15 +56,16 @@ class FakeLangSmith(LocalServer):
                 b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
             for part in message.iter_parts():
                 name = part.get_param("name", header="content-disposition") or ""
-                _, _, rest = str(name).partition(".")  # post.<id>[.<field>] or patch.<id>[.<field>]
+                kind, _, rest = str(name).partition(".")  # post.<id>[.<field>] or patch.<id>[.<field>]
                 run_id, _, field = rest.partition(".")
                 payload = part.get_payload(decode=True)
                 self._merge(run_id, field or None, json.loads(payload) if isinstance(payload, bytes) and payload
-                            else None)
+                            else None, kind)
         elif path.startswith("/runs/batch"):
             batch = json.loads(body or b"{}")
-            for run in [*batch.get("post", []), *batch.get("patch", [])]:
-                self._merge(str(run["id"]), None, run)
+            for kind in ("post", "patch"):
+                for run in batch.get(kind, []):
+                    self._merge(str(run["id"]), None, run, kind)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
