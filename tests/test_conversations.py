@@ -27,6 +27,7 @@ from jurygraph import (
     create_single_agent,
 )
 from jurygraph.cli.app import main
+from jurygraph.graphs.registry import find
 from jurygraph.graphs.turns import per_turn, turns_to_judge
 from jurygraph.judging.items import EvalItem
 from jurygraph.llm.tokens import APPROXIMATE
@@ -481,3 +482,44 @@ def test_a_rerun_with_the_cache_pays_for_no_turn_twice(openai_server, tmp_path: 
     assert len(server.requests) == paid
     verdicts = [{r["id"]: r["verdict"] for r in read_results(tmp_path / run)} for run in ("a", "b")]
     assert verdicts[0] == verdicts[1]
+
+
+def test_a_per_turn_run_keeps_the_ledger_s_books_and_each_item_s_reserve_is_its_own(
+        openai_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger's invariants on conversation items judged per turn: the spend is what the server answered, item by
+    item; near the limit (here from the start) each item's reserve is rendered from the item itself, every turn it
+    has (ChatEval: 4 requests a turn), and holds what the item spent."""
+    from jurygraph.running.budget import RESERVE_MARGIN, Budget
+    from jurygraph.running.ledger import Ledger
+    from tests.test_ledger import assert_books_balance
+
+    given: dict[str, Any] = {}
+    reserve_for = Budget.reserve_for
+
+    def spied(self: Budget, item: EvalItem, meter: Any) -> Any:
+        given[item.id] = found = reserve_for(self, item, meter)
+        return found
+
+    monkeypatch.setattr(Budget, "reserve_for", spied)
+    server = openai_server(responder)
+    out = tmp_path / "run"
+    # 400k tokens: within 20 of the largest reserves (~25k), so every item is rendered, and all of them fit
+    assert main(eval_args(server, out, "chateval", "score", "--per-turn", "--no-cache", "--max-total-tokens",
+                          "400000", "--concurrency", "1")) == 0
+    assert_books_balance(out, server, priced=False)
+    spent = {key[0]: totals for key, totals in Ledger(out / "ledger.sqlite").grouped("item")}
+    for item in items("score").values():
+        turns = len(turns_to_judge(item))
+        assert spent[item.id].requests == 4 * turns, item.id
+        reserve = given[item.id]
+        assert reserve.requests == round(4 * turns * RESERVE_MARGIN), item.id
+        assert reserve.input_tokens >= spent[item.id].input_tokens and \
+            reserve.output_tokens >= spent[item.id].output_tokens, item.id
+    assert {item_id: len(turns_to_judge(item)) for item_id, item in items("score").items()} == {
+        "flight": 2, "tutor": 3, "weather": 1, "flight-turn-2": 1}
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    largest = max(given.values(), key=lambda reserve: reserve.tokens)
+    assert manifest["budget"]["reserve_per_item"]["requests"] == largest.requests
+    # the plan: one judgment's (every re-ask included) times the most turns an item has (tutor's 3)
+    chateval = find("chateval")
+    assert manifest["requests_per_item"] == chateval.plan(chateval.create().params) * 3

@@ -160,6 +160,12 @@ def test_trajectory_match_decides_before_the_panel(openai_server, tmp_path: Path
     # a resume rebuilds the same graph from the manifest: nothing is judged again
     assert main(["eval", "--resume", str(out), "--quiet"]) == 0
     assert len(server.requests) == 2
+    # under a budget, the items the match decides cost nothing and are not held back
+    budgeted = tmp_path / "budgeted"
+    argv[argv.index("--out") + 1] = str(budgeted)
+    assert main([*argv, "--max-total-tokens", "100000", "--no-cache"]) == 0
+    manifest = json.loads((budgeted / "manifest.json").read_text())
+    assert manifest["budget"]["held_back"] == {} and len(read_results(budgeted)) == 4 and len(server.requests) == 4
 
 
 
