@@ -523,3 +523,22 @@ def test_a_per_turn_run_keeps_the_ledger_s_books_and_each_item_s_reserve_is_its_
     # the plan: one judgment's (every re-ask included) times the most turns an item has (tutor's 3)
     chateval = find("chateval")
     assert manifest["requests_per_item"] == chateval.plan(chateval.create().params) * 3
+
+
+def test_a_per_turn_batch_run_takes_the_protocol_s_rounds_whatever_the_turns(openai_server, tmp_path: Path) -> None:
+    """--per-turn --batch: the turns are judged in one superstep (Send), so each round's batch holds every turn's
+    next call and the run takes the protocol's rounds (ChatEval one-by-one: 4), not rounds times turns. Each round
+    waits for its batch, polled every --batch-poll seconds (default 60: a smoke run against the fake, whose batches
+    move one status per poll, then takes about two polls a round); the verdicts are the online run's and the spend is
+    what the server answered."""
+    from tests.test_ledger import assert_books_balance
+
+    online, batched = openai_server(responder), openai_server(responder)
+    assert main(eval_args(online, tmp_path / "online", "chateval", "score", "--per-turn")) == 0
+    assert main(eval_args(batched, tmp_path / "batch", "chateval", "score", "--per-turn", "--batch", "--batch-poll",
+                          "0.01")) == 0
+    assert batched.requests == [] and len(batched.batches.created) == 4
+    assert max(len(turns_to_judge(item)) for item in items("score").values()) == 3
+    verdicts = {r["id"]: r["verdict"] for r in read_results(tmp_path / "online")}
+    assert {r["id"]: r["verdict"] for r in read_results(tmp_path / "batch")} == verdicts
+    assert_books_balance(tmp_path / "batch", batched, batch=True, priced=False)
