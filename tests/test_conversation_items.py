@@ -102,6 +102,22 @@ def test_a_score_item_with_messages_needs_no_response() -> None:
         EvalItem(id="s", task="score", scale=SCALE, messages=TRAJECTORY, messages_1=TRAJECTORY)
 
 
+def test_a_message_that_only_calls_tools_has_no_content_whatever_form_said_so() -> None:
+    """LangChain's objects say None, its dict form (``message_to_dict``, LangSmith exports) "", OpenAI null, some
+    servers []: one Message, so the same message read from two sources compares (and is cached) equal."""
+    call = {"name": "weather", "args": {"city": "Oslo"}, "id": "w"}
+    forms = [AIMessage("", tool_calls=[call]), AIMessage([], tool_calls=[call]),
+             {"type": "ai", "content": "", "tool_calls": [call]},
+             {"role": "assistant", "content": [], "tool_calls": [call]},
+             {"role": "assistant", "content": None, "tool_calls": [{"id": "w", "type": "function", "function": {
+                 "name": "weather", "arguments": '{"city": "Oslo"}'}}]}]
+    read = [Message.model_validate(form) for form in forms]
+    assert all(message == read[0] for message in read) and read[0].content is None and read[0].text == ""
+    assert Message.model_validate({"role": "assistant", "content": ""}).content == ""  # no call: its (empty) text
+    with pytest.raises(ValidationError, match="a user message needs content"):
+        Message.model_validate({"role": "user", "content": None})
+
+
 def test_a_pairwise_item_with_two_continuations() -> None:
     prefix = TRAJECTORY[:2]
     one = [{"role": "assistant", "content": "", "tool_calls": [{"name": "search_flights", "args": {"to": "OSL"},

@@ -81,7 +81,7 @@ class Message(BaseModel):
     """One message of a conversation, in OpenAI's chat format.
 
     ``content`` is text, a list of content parts (``{"type": "text", "text": ...}``, ``{"type": "image_url",
-    ...}``), or None when an assistant message only calls tools.
+    ...}``), or None when an assistant message only calls tools (whichever form said so: None, ``""`` or ``[]``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -118,6 +118,10 @@ class Message(BaseModel):
             data["content"] = refusal  # OpenAI puts a refusal beside a null content: it is what the model said
         if data.get("tool_calls") == []:
             data["tool_calls"] = None
+        if data.get("tool_calls") and data.get("content") in ("", []):
+            # a message that only calls tools says nothing: LangChain's dict form (and some servers) write "" or
+            # [] where OpenAI and LangChain's objects say None; one form, so equal messages compare equal
+            data["content"] = None
         return data
 
     @model_validator(mode="after")
@@ -168,8 +172,6 @@ def _from_langchain(message: Any) -> dict[str, Any]:
         if getattr(message, "invalid_tool_calls", None):
             raise ValueError(f"an AI message with unreadable tool calls: {message.invalid_tool_calls!r}"[:200])
         data["tool_calls"] = [dict(call) for call in message.tool_calls] or None
-        if data["tool_calls"] and not data["content"]:
-            data["content"] = None
     elif message.type == "tool":
         data["tool_call_id"] = message.tool_call_id
     elif message.type not in ("human", "system"):

@@ -78,8 +78,6 @@ def _message(raw: Any, field: str) -> dict[str, Any]:
         message = Message.model_validate(raw).model_dump(mode="json", exclude_none=True)
     except ValueError as err:
         raise RunFieldError(field, f"not a message: {err}") from None
-    if message.get("tool_calls") and message.get("content") == "":
-        del message["content"]  # LangChain's dict form writes "" where a message that only calls tools says nothing
     return message
 
 
