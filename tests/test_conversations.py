@@ -542,3 +542,22 @@ def test_a_per_turn_batch_run_takes_the_protocol_s_rounds_whatever_the_turns(ope
     verdicts = {r["id"]: r["verdict"] for r in read_results(tmp_path / "online")}
     assert {r["id"]: r["verdict"] for r in read_results(tmp_path / "batch")} == verdicts
     assert_books_balance(tmp_path / "batch", batched, batch=True, priced=False)
+
+
+def test_aspect_chooses_the_rubric_of_pairwise_conversations(openai_server, tmp_path: Path, capsys) -> None:
+    """--aspect on pairwise data: conversations have a rubric to choose (a table's rows and MT-Bench's votes alike);
+    preferences between two texts have none, and stay refused."""
+    server = openai_server(responder)
+    out = tmp_path / "run"
+    assert main([*eval_args(server, out, "single", "pairwise", "--no-calibrate"), "--aspect", "tool_use"]) == 0
+    prompts = [prompt_of(request) for request in server.requests]
+    assert len(prompts) == 2 and all("correctness of tool use" in p and "helpfulness" not in p for p in prompts)
+    assert {r["aspect"] for r in read_results(out)} == {"tool_use"}
+    capsys.readouterr()
+    assert main(["metaeval", str(out), "--json", "--resamples", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["methods"][0]["agreement"]["pairwise"]["n"] == 2
+    mt_bench = load_dataset(Path(__file__).parent / "data" / "mt_bench_human" / "human_judgments.jsonl",
+                            aspect="safety")
+    assert {item.aspect for item in mt_bench} == {"safety"}
+    with pytest.raises(ValueError, match="--aspect tool_use applies to score datasets and to conversations"):
+        load_dataset("faireval", aspect="tool_use")

@@ -60,7 +60,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                                         "MT-Bench's human judgments or a LangSmith run export (.json or .jsonl, "
                                         "recognised from their fields), .jsonl/.csv tables with --task and --map")
     data.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")
-    data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...)")
+    data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...); for "
+                                       "conversations, score or pairwise, the rubric: helpfulness (default), "
+                                       "tool_use, task_completion, safety")
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
                       help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
                            "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")

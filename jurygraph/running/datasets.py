@@ -58,7 +58,7 @@ class Dataset:
 
     def __init__(self, name: str, items: list[EvalItem] | None = None, errors: list[RowError] | None = None,
                  sha256: str = "", *, reread: Callable[[], Iterator[EvalItem]] | None = None, count: int = 0,
-                 duplicates: Sequence[str] = (), task: TaskKind | None = None) -> None:
+                 duplicates: Sequence[str] = (), task: TaskKind | None = None, texts: int | None = None) -> None:
         self.name = name
         self.errors: list[RowError] = errors if errors is not None else []
         self.sha256 = sha256
@@ -67,6 +67,7 @@ class Dataset:
         self._count = count
         self._duplicates = list(duplicates)
         self._task = task  # a streamed table's rows share its task kind
+        self._texts = texts  # a streamed table's items that are not conversations (counted by its validating pass)
 
     @property
     def items(self) -> list[EvalItem]:
@@ -97,6 +98,14 @@ class Dataset:
             return {self._task.value} if self._count else set()
         return {item.task.value for item in self}
 
+    @property
+    def conversational(self) -> bool:
+        """Whether the dataset has items and every one is a conversation (``messages``), whose rubric an aspect
+        chooses."""
+        if self._items is None and self._texts is not None:
+            return bool(self._count) and not self._texts
+        return bool(len(self)) and all(item.conversational for item in self)
+
     def head(self, n: int | None) -> Dataset:
         """The first ``n`` items (all for None) as a dataset of the same kind: a streamed one stays streamed."""
         if n is None or n >= len(self):
@@ -104,7 +113,7 @@ class Dataset:
         if self._items is not None:
             return Dataset(self.name, self._items[:n], self.errors, self.sha256)
         return Dataset(self.name, errors=self.errors, sha256=self.sha256, count=n, duplicates=self._duplicates,
-                       task=self._task, reread=lambda: itertools.islice(iter(self), n))
+                       task=self._task, texts=self._texts, reread=lambda: itertools.islice(iter(self), n))
 
     def __len__(self) -> int:
         return len(self._items) if self._items is not None else self._count
@@ -359,7 +368,7 @@ def is_mt_bench(row: Any) -> bool:
     return isinstance(row, Mapping) and set(row) >= MT_BENCH_FIELDS
 
 
-def load_mt_bench(path: str | Path, *, reverse: bool = False) -> Dataset:
+def load_mt_bench(path: str | Path, *, reverse: bool = False, aspect: str | None = None) -> Dataset:
     """MT-Bench's human judgments, as a JSON array or JSONL file of its rows (one row per vote).
 
     One pairwise item per (question, pair of models, turn), holding every vote on it: ``human.votes`` (each
@@ -370,9 +379,9 @@ def load_mt_bench(path: str | Path, *, reverse: bool = False) -> Dataset:
     first question), ``messages_1``/``messages_2`` each model's continuation: at turn 1 its first answer; at turn 2
     its own first answer, the second question and its second answer (``turn`` = 2 is the answer judged), as
     MT-Bench's multi-turn judge prompt shows each assistant's whole conversation. ``reverse`` swaps the two
-    conversations."""
+    conversations; ``aspect`` (``--aspect``) chooses the conversations' rubric (default helpfulness)."""
     source = _read_rows(Path(path))
-    return _mt_bench(source, reverse)
+    return _mt_bench(source, reverse, aspect)
 
 
 def _read_rows(file: Path) -> _Source:
@@ -434,7 +443,7 @@ def majority(labels: Sequence[str]) -> str | None:
     return counts[0][0]
 
 
-def _mt_bench(source: _Source, reverse: bool) -> Dataset:
+def _mt_bench(source: _Source, reverse: bool, aspect: str | None = None) -> Dataset:
     file, rows = str(source.file), source.data
     if not isinstance(rows, list):
         raise DatasetError(f"{file}: expected a JSON array (or JSONL) of MT-Bench judgment rows")
@@ -466,7 +475,7 @@ def _mt_bench(source: _Source, reverse: bool) -> Dataset:
             while shared < min(len(one), len(two)) - 1 and one[shared] == two[shared]:
                 shared += 1
             return {"id": f"{row['question_id']}-{row['model_a']}-vs-{row['model_b']}-t{turn}", "task": "pairwise",
-                    "dataset": "mt-bench", "question": question, "messages": one[:shared] or None,
+                    "dataset": "mt-bench", "aspect": aspect, "question": question, "messages": one[:shared] or None,
                     "messages_1": one[shared:], "messages_2": two[shared:], "turn": turn,
                     "human": human, "meta": {"question_id": row["question_id"], "turn": turn,
                                              "model_1": row["model_a"], "model_2": row["model_b"]}}
@@ -552,10 +561,13 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
 
     errors: list[RowError] = []
     digest = hashlib.sha256()
-    ids = [item.id for item in items(errors, digest)]  # the validating pass keeps only the ids
+    ids, texts = [], 0  # the validating pass keeps only the ids, and counts the items that are not conversations
+    for item in items(errors, digest):
+        ids.append(item.id)
+        texts += not item.conversational
     # iterating reads the file again; its rows' problems were reported by this pass, so they are not collected
     return Dataset(file.stem, errors=errors, sha256=digest.hexdigest(), reread=lambda: items([]), count=len(ids),
-                   duplicates=repeated(ids), task=TaskKind(task))
+                   duplicates=repeated(ids), task=TaskKind(task), texts=texts)
 
 
 # the item fields a same-named column fills (human and meta only as objects); once, not per row: reading a
@@ -738,10 +750,11 @@ def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: s
     key = str(name_or_path)
     dataset = _load(key, aspect, task, mapping, reverse, scale)
     # a dataset's items share one task kind; a streamed table knows its kind without reading a row again
-    if aspect and TaskKind.PAIRWISE.value in dataset.tasks:
-        # FairEval-style preferences have no aspects: an --aspect would be silently ignored
-        raise DatasetError(f"{name_or_path}: --aspect {aspect} applies to score datasets; this one holds pairwise "
-                           "preferences")
+    if aspect and TaskKind.PAIRWISE.value in dataset.tasks and not dataset.conversational:
+        # FairEval-style preferences between texts have no aspects: an --aspect would be silently ignored (pairwise
+        # conversations have: it chooses their rubric)
+        raise DatasetError(f"{name_or_path}: --aspect {aspect} applies to score datasets and to conversations (it "
+                           "chooses their rubric); this one holds pairwise preferences between texts")
     return dataset
 
 
@@ -794,7 +807,7 @@ def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool, sc
     if kind == "faireval":
         return _faireval(source, reverse)
     if kind == "mt-bench":
-        return _mt_bench(source, reverse)
+        return _mt_bench(source, reverse, aspect)
     if reverse:  # a score dataset has one answer per item: nothing to swap, and ignoring it would mislead
         raise DatasetError(f"{source.file}: --reverse swaps the two answers of pairwise items; {kind} rates single "
                            "texts")
