@@ -561,3 +561,37 @@ def test_aspect_chooses_the_rubric_of_pairwise_conversations(openai_server, tmp_
     assert {item.aspect for item in mt_bench} == {"safety"}
     with pytest.raises(ValueError, match="--aspect tool_use applies to score datasets and to conversations"):
         load_dataset("faireval", aspect="tool_use")
+
+
+def test_a_protocol_judges_the_conversations_its_spec_says(openai_server, tmp_path: Path, capsys) -> None:
+    """Which conversation items a protocol has templates for is its spec's (``conversations``): every built-in says
+    so; a protocol whose spec gives none for score items has their conversations refused before any request, naming
+    the protocols that take them (as --escalate-protocol too); one whose spec does not say is not checked."""
+    from jurygraph.graphs.registry import builtin
+    from jurygraph.graphs.spec import ProtocolSpec
+
+    assert {name: spec.conversations for name, spec in builtin().items()} == {
+        "chateval": ("pairwise", "score"), "debate": ("score",), "refer": ("score",), "single": ("pairwise", "score"),
+        "ensemble": ("pairwise", "score"), "geval": ("score",), "analyze-rate": ("score",)}
+    with pytest.raises(ValueError, match=r"conversation templates for \['pairwise'\] items, which it does not judge"):
+        ProtocolSpec("x", create_single_agent, tasks=("score",), conversations=("pairwise",))
+    module = tmp_path / "texts_only.py"
+    module.write_text("from jurygraph.graphs.single import create_single_agent\n"
+                      "from jurygraph.graphs.spec import Built, ProtocolSpec\n"
+                      "SPEC = ProtocolSpec('texts-only', create_single_agent, tasks=('score',), conversations=(),\n"
+                      "                    build=lambda values: Built(create_single_agent(), {}))\n"
+                      "UNSAID = ProtocolSpec('unsaid', create_single_agent, tasks=('score',),\n"
+                      "                      build=lambda values: Built(create_single_agent(), {}))\n",
+                      encoding="utf-8")
+    server = openai_server(responder)
+    capsys.readouterr()
+    assert main(eval_args(server, tmp_path / "refused", f"{module}:SPEC")) == 2
+    err = capsys.readouterr().err
+    assert f"--protocol {module}:SPEC has no conversation templates for score items (item 'flight' is a " \
+           "conversation); for them use chateval, debate, refer, single, ensemble, geval, analyze-rate" in err
+    assert main(eval_args(server, tmp_path / "escalated", "chateval", "score", "--escalate-when", "spread>1",
+                          "--escalate-protocol", f"{module}:SPEC")) == 2
+    assert f"--escalate-protocol {module}:SPEC has no conversation templates" in capsys.readouterr().err
+    assert server.requests == []
+    assert main(eval_args(server, tmp_path / "unsaid", f"{module}:UNSAID", "score", "--limit", "1")) == 0
+    assert len(server.requests) == 1  # the single agent's conversation template, as its nodes render it

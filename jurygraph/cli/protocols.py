@@ -422,11 +422,12 @@ def check_conversations(setup: ProtocolSetup, args: argparse.Namespace, items: I
     given = [flag for flag, value in (("--rubric", getattr(args, "rubric", None)),
                                       ("--max-context-tokens", getattr(args, "max_context_tokens", None)),
                                       ("--per-turn", getattr(args, "per_turn", False))) if value]
-    judges = [(str(setup.params.get("protocol")), setup.spec or protocol_spec(str(setup.params.get("protocol"))))]
+    protocol = str(setup.params.get("protocol"))
+    judges = [("--protocol", protocol, setup.spec or protocol_spec(protocol))]
     if getattr(args, "escalate_protocol", None):
-        judges.append((args.escalate_protocol, protocol_spec(args.escalate_protocol)))
+        judges.append(("--escalate-protocol", args.escalate_protocol, protocol_spec(args.escalate_protocol)))
     # the task kinds some judge has no conversation templates for: only their items need looking at
-    unsure = {task for _, spec in judges if spec.conversations is not None for task in tasks
+    unsure = {task for _, _, spec in judges if spec.conversations is not None for task in tasks
               if task not in spec.conversations}
     if not given and not unsure:
         return
@@ -435,11 +436,11 @@ def check_conversations(setup: ProtocolSetup, args: argparse.Namespace, items: I
         if not item.conversational:
             continue
         conversations += 1
-        for name, spec in judges:
+        for flag, name, spec in judges:
             if spec.conversations is not None and item.task.value not in spec.conversations:
                 able = ", ".join(other for other, s in builtin().items()
                                  if s.conversations and item.task.value in s.conversations)
-                raise UsageError(f"--protocol {name} has no conversation templates for {item.task.value} items "
+                raise UsageError(f"{flag} {name} has no conversation templates for {item.task.value} items "
                                  f"(item {item.id!r} is a conversation){f'; for them use {able}' if able else ''}")
         if getattr(args, "per_turn", False):
             most = max(most, len(turns_to_judge(item)))
