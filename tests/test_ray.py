@@ -400,3 +400,36 @@ def test_an_error_every_item_would_hit_stops_a_ray_run_at_once(cluster: Cluster,
     assert len(server.requests) <= 2 * 4  # at most each worker's first requests
     assert lines_of(tmp_path / "refused") == []
     assert manifest(tmp_path / "refused")["aborted"].startswith("openai at http://127.0.0.1")
+
+
+def test_a_protocol_from_a_file_runs_on_the_cluster(cluster: Cluster, server: FakeOpenAIServer, tmp_path: Path) -> None:
+    """Issue 29: a strategy of one's own, given as ``path/to/file.py:factory``, is judged by the Ray workers like a
+    built-in protocol; the workers cannot import the file by name, so its functions (here the condition of its
+    early stop) travel by value."""
+    from tests.test_composed_strategy import strategies_file
+
+    path = strategies_file(tmp_path / "mine")
+    out = tmp_path / "until_agreed"
+    assert main(["eval", "--protocol", f"{path}:create_until_agreed", "--dataset", "faireval", "--limit", "8",
+                 "--model", "judge", "--base-url", server.base_url, "--ray", "local", "--workers", "2",
+                 "--shard-size", "2", "--out", str(out), "--quiet"]) == 0
+    records = lines_of(out)
+    assert sorted(r["id"] for r in records) == sorted(str(i) for i in range(8))
+    assert all(r["status"] == "ok" and set(r["judgments"]) == {"Critic", "General Public", "Scientist"}
+               for r in records)
+    assert manifest(out)["ray"]["workers"] == 2
+
+
+def test_a_protocol_from_a_file_pickles_by_value(tmp_path: Path) -> None:
+    """What a worker receives of such a graph loads in a fresh interpreter, which cannot import the file by name."""
+    from jurygraph.graphs.registry import find
+    from jurygraph.running import portable
+    from tests.test_composed_strategy import strategies_file
+
+    path = strategies_file(tmp_path / "mine")
+    graph = find(f"{path}:create_until_agreed").create().graph.compile()
+    fresh = subprocess.run([sys.executable, "-c", "import sys\nfrom jurygraph.running import portable\n"
+                            "graph = portable.loads(sys.stdin.buffer.read())\nprint(sorted(graph.nodes))"],
+                           input=portable.dumps(graph), capture_output=True, timeout=120, check=False)
+    assert fresh.returncode == 0, fresh.stderr.decode()[-500:]
+    assert "general_public_t1" in fresh.stdout.decode()

@@ -90,7 +90,7 @@ def estimate_run(setup: ProtocolSetup, items: Iterable[EvalItem], total: int, co
                  prices: Mapping[str, Any] | None, *, sample: int | None, tokenizer: str,
                  cache: Any = None) -> Estimate:
     return estimate(setup.graph, items, context=context, total=total, prices=prices, sample=sample,
-                    bounded=setup.stop_bounds() is not None, tokenizer=tokenizer, cache=cache)
+                    bounded=setup.may_stop_early(), tokenizer=tokenizer, cache=cache)
 
 
 @contextlib.contextmanager
@@ -125,7 +125,7 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
     with still_to_do(args, items) as (todo, total, skipped, cache):
         result = estimate_run(setup, todo, total, context, prices, sample=DEFAULT_SAMPLE, tokenizer="download",
                               cache=cache)
-    report = _report(result, setup, args, context, dataset=dataset, skipped=skipped)
+    report = _report(result, setup, args, context, dataset=dataset, skipped=skipped, sample=next(iter(items), None))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
@@ -178,7 +178,7 @@ def _usd(low: float, high: float) -> str:
 
 
 def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, context: JuryContext, *,
-            dataset: str, skipped: int) -> dict[str, Any]:
+            dataset: str, skipped: int, sample: EvalItem | None = None) -> dict[str, Any]:
     """The estimate as the JSON object ``--dry-run --json`` prints (the text form is written from it)."""
     bounds = setup.stop_bounds()
     out: dict[str, Any] = {
@@ -190,7 +190,7 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, co
     out["cost_usd"] = costs_shape(result)
     out["cost_usd_batch"] = costs_shape(result, batch=True)
     out["requests_per_item"] = requests_shape(result.per_item("requests", "fewest"), result.per_item("requests"))
-    out["requests_per_item_with_reasks"] = setup.requests_per_item()
+    out["requests_per_item_with_reasks"] = setup.requests_per_item(sample, context)
     if bounds and result.bounded:
         out["bounds"] = {"min": bounds[0], "max": bounds[1]}
     out["by_model"] = by_model_json(result)

@@ -15,18 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.cli import costs
-from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
+from jurygraph.cli.options import add_model_arguments, check_gen_options, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
     add_protocol_arguments,
     build_protocol,
     check_doubt_signals,
     check_options,
+    check_ranges,
     check_task,
+    option_values,
+    protocol_spec,
 )
+from jurygraph.graphs.registry import resolve_name, short_name
+from jurygraph.judging.items import Scale
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
-from jurygraph.llm.redact import MASK, redact_url
+from jurygraph.llm.redact import MASK, redact_text, redact_values
 from jurygraph.running.datasets import load_dataset
 from jurygraph.running.distributed import INSTALL_HINT, RayOptions
 from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
@@ -56,6 +61,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
                       help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
                            "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")
+    data.add_argument("--scale", metavar="LOW-HIGH",
+                      help="JSONL/CSV score data: the rating scale of every row without scale_low/scale_high "
+                           "columns, e.g. --scale 1-5")
     data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
     data.add_argument("--limit", type=int, help="judge only the first N items")
     add_model_arguments(parser.add_argument_group("models"))
@@ -114,10 +122,15 @@ def _resume_args(args: argparse.Namespace,
     manifest = read_manifest(args.resume)
     if manifest is None:
         raise UsageError(f"--resume {args.resume}: no manifest.json there (was it a jurygraph run directory?)")
+    if "cli" not in manifest:
+        raise UsageError(f"--resume {args.resume}: the run was not made by `jurygraph eval` (its manifest keeps no "
+                         "command line, e.g. run(graph, items, ...) from Python): resume it the way it was made, "
+                         "with resume=True; or run the graph's factory with `jurygraph eval --protocol "
+                         "MODULE:FACTORY` from the start")
     saved = dict(manifest.get("cli", {}))
     saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
     given = explicit_dests(args.argv)
-    conflicts = []
+    conflicts, masked = [], []
     for key in sorted(set(saved) | set(vars(args))):
         if key in NOT_SETTINGS:
             continue
@@ -125,14 +138,17 @@ def _resume_args(args: argparse.Namespace,
         then = saved.get(key, default)  # an option newer than the run: the run had its default
         if key not in given:
             setattr(args, key, then)
-        elif key not in EXECUTION_ONLY and _plain(now) != _plain(then):
+            if MASK in json.dumps(then):
+                masked.append(f"--{key.replace('_', '-')}")
+        elif key not in EXECUTION_ONLY and _plain(redact_values(now)) != _plain(then):  # saved without credentials
             conflicts.append(f"--{key.replace('_', '-')} {_shown(now)} (the run has {_shown(then)})")
     if conflicts:
-        raise UsageError(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its settings: "
-                         "drop these options, or start a new run with another --out")
-    if args.base_url and MASK in args.base_url and "base_url" not in given:
-        raise UsageError(f"--resume {args.resume}: the run's --base-url had credentials, which are never stored; "
-                         "pass --base-url again")
+        raise UsageError(redact_text(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its "
+                                     "settings: drop these options, or start a new run with another --out"))
+    if masked:
+        named = " and ".join(masked)
+        raise UsageError(f"--resume {args.resume}: the run's {named} had credentials, which are never stored; "
+                         f"pass {named} again")
     args.out = args.resume
     return args, manifest
 
@@ -151,9 +167,7 @@ def _shown(value: Any) -> str:
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Every option of the invocation (run-defining and execution-only), credentials removed, for the manifest;
     the protocol's own options under ``protocol_args`` as before."""
-    saved = {key: value for key, value in vars(args).items() if key not in NOT_SETTINGS}
-    if saved.get("base_url"):
-        saved["base_url"] = redact_url(saved["base_url"])
+    saved = {key: redact_values(value) for key, value in vars(args).items() if key not in NOT_SETTINGS}
     saved["protocol_args"] = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
     return _plain(saved)
 
@@ -166,15 +180,19 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args, previous = _resume_args(args, parser)
     if not args.dataset:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
-    validate_numbers(args, args.protocol_dests)
+    validate_numbers(args)
+    check_ranges(args)
     cluster = _ray_options(args)
+    args.protocol = resolve_name(args.protocol)  # a protocol file's path, absolute: a resume may run elsewhere
     check_options(args.protocol, explicit_dests(args.argv))
+    option_values(protocol_spec(args.protocol), args)  # its options' values in range, before any data is read
     costs.check_cost_options(args, explicit_dests(args.argv))
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
     dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
-                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
+                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse,
+                           scale=Scale.parse(args.scale) if args.scale else None)
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)
     if not len(dataset):
@@ -185,10 +203,14 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          "(give each row its own id, or --map id=COLUMN)")
     # a JSONL/CSV table stays on disk: the runner reads it again item by item
     items = dataset.head(args.limit)
-    setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
+    # the data is known: the protocol's defaults that depend on it (both answer orders on pairwise data) are decided
+    # on its task kinds, whatever its source; first, so its own errors (a calibration that cannot wrap it) say more
+    setup = build_protocol(args, items.tasks)
     check_task(args.protocol, items.tasks, str(args.dataset))
-    check_doubt_signals(setup, args)
+    check_doubt_signals(setup, args, items.tasks)
     context = context_from_args(args, setup)
+    check_gen_options(args, setup, context, items,
+                      restored=bool(args.resume) and "gen" not in explicit_dests(args.argv))
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
@@ -196,7 +218,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     if args.dry_run:
         return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
-    per_item = setup.requests_per_item()
+    per_item = setup.requests_per_item(next(iter(items), None), context)
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
                          f"{len(items)} items ({args.protocol}: {_params_line(setup.params)}); "
@@ -207,7 +229,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (LocalModelUnusable, ModuleNotFoundError) as err:
             raise UsageError(str(err)) from None  # before any item starts: none would run
     check_models(context)
-    out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
+    out = Path(args.out or f"runs/{short_name(args.protocol)}-{Path(str(args.dataset)).stem}")
     invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),
                   "execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
     manifest = {

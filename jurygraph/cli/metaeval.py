@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_json, doubt_reports, panel_records
 from jurygraph.measuring.families import FAMILIES, Rule, parse_rules
 from jurygraph.measuring.metaeval import (
@@ -211,18 +212,42 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
     panels: list[Panel] = []
     warnings: list[FamilyWarning] = []
     names, records = [n for n, _ in named], [r for _, r in named]
-    by_run = member_position(names, records, manifests)
+    readings = panels_of(manifests, records)
+    by_run = member_position(names, records, manifests, readings)
     for k, ((name, run), method) in enumerate(zip(named, methods, strict=True)):
         found = panel_diagnostics(name, run, method, statistic=args.compare_stat, level=args.level,
-                                  resamples=args.resamples, confidence=args.confidence, seed=args.seed)
+                                  resamples=args.resamples, confidence=args.confidence, seed=args.seed,
+                                  panel=readings[k])
         for panel in found:
             if panel.target == "pairwise":
                 panel.position = by_run.get(k, [])
         panels += found
         systems = run_systems(paths[k], run, manifests[k])
         if systems:
-            warnings += same_family(name, run, systems, rules)
+            warnings += same_family(name, run, systems, rules, readings[k])
     return panels, warnings
+
+
+def panels_of(manifests: Sequence[dict[str, Any] | None],
+              records: Sequence[Sequence[dict[str, Any]]] | None = None) -> list[PanelMembers | None]:
+    """Each run's protocol's reading of its panel members (its spec's, :mod:`jurygraph.graphs.spec`); None for a
+    run that names no protocol, or whose protocol cannot be found here: then every agent with a judgment is a
+    member, and a warning says so when the run's ``records`` have judgments to read."""
+    if not any((manifest or {}).get("protocol") for manifest in manifests):
+        return [None] * len(manifests)
+    from jurygraph.graphs.registry import UnknownProtocol, find  # the protocols' graphs: only when a run names one
+
+    found: list[PanelMembers | None] = []
+    for k, manifest in enumerate(manifests):
+        name = (manifest or {}).get("protocol")
+        try:
+            found.append(find(str(name)).panel if name else None)
+        except (UnknownProtocol, ValueError) as err:
+            if records is None or any(record.get("judgments") for record in records[k]):
+                print(f"jurygraph: warning: {err}: its panel's members are read as every agent with a judgment",
+                      file=sys.stderr)
+            found.append(None)
+    return found
 
 
 def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], biases: Sequence[PositionBias],

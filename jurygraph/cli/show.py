@@ -151,7 +151,13 @@ def decision_lines(verdict: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(view: dict[str, Any]) -> str:
+def human_text(human: dict[str, Any] | None) -> str:
+    """An item's human labels as text: 'label tie', 'coherence 4, fluency 2', or 'none'."""
+    return ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
+
+
+def render(view: dict[str, Any], *, human: bool = True) -> str:
+    """The item as text; ``human=False`` leaves the human label out (a reviewer deciding the item must not see it)."""
     item = view["item"]
     head = " · ".join(str(x) for x in (view["id"], item.get("task"), item.get("dataset"), item.get("aspect")) if x)
     lines = [f"item {head}", *_texts(item)]
@@ -172,8 +178,6 @@ def render(view: dict[str, Any]) -> str:
     verdict = view["verdict"] or {}
     shown = judgment_line(verdict) if verdict else "none (the item did not finish)"
     method = f" [{verdict['method']}]" if verdict.get("method") else ""
-    human = view["human"]
-    human_text = ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
-    lines.append(f"\nverdict: {shown}{method}    human: {human_text}")
+    lines.append(f"\nverdict: {shown}{method}" + (f"    human: {human_text(view['human'])}" if human else ""))
     lines += decision_lines(verdict)
     return "\n".join(lines)

@@ -55,6 +55,7 @@ class ModelRequest:
     params: dict[str, Any] = field(default_factory=dict)
     want_logprobs: bool = False
     sample_index: int = 0  # tells apart repeated identical requests (e.g. k sampled explanations)
+    reasks: int | None = None  # re-asks with the format reminder when unreadable; None: the run's (JuryContext.reasks)
     # parameters the user asked for by name (--gen): a model without them is an error; a protocol's paper
     # default that the model class has no field for (a custom chat model without top_p) is not sent
     required_params: frozenset[str] = frozenset()
@@ -270,7 +271,7 @@ def _plan(req: ModelRequest, resolved: ResolvedModel, ctx: JuryContext) -> Gener
             return ModelReply(reply, form.read(name, reply.text, attempts), [reply], [], resolved.label)
         except UnreadableReply as err:
             reason = reason or err
-        if attempts > ctx.reasks:
+        if attempts > (ctx.reasks if req.reasks is None else req.reasks):
             missing = Judgment.missing_for(name, form.kind, reply.text, str(reason), attempts)
             return ModelReply(reply, missing, [reply], [], resolved.label)
         messages = [*messages, AIMessage(reply.text), HumanMessage(REASK.format(reason=reason, form=form.reminder))]

@@ -68,6 +68,9 @@ class Scenario:
 
 MOST = Scenario("most", agree=False, no_issue=False)
 FEWEST = Scenario("fewest", agree=True, no_issue=True)
+# what the two scenarios are, for a protocol that does not word its own bounds (ProtocolSpec.bounds)
+SCRIPTED_BOUNDS = ("every judge agrees and every critic says NO ISSUE at once",
+                   "the judges never agree and every critic objects")
 
 
 class PlannedModel(BaseChatModel):
@@ -127,6 +130,7 @@ class SyntheticReplies:
         self.counters = counters if counters is not None else {}
         self.assumed: set[str] = set()  # agents whose calls had no max_tokens
         self.budgets: list[int] = []  # each request's output budget per reply (n samples come in parallel)
+        self.reaskable = 0  # judging calls that an unreadable reply would re-ask (one reply, an answer form)
         self._order: dict[str, int] = {}  # agents in the order they first spoke: who takes which side
 
     def counter(self, label: str) -> TokenCounter:
@@ -141,6 +145,7 @@ class SyntheticReplies:
             self.assumed.add(req.agent)
             budget = self.reply_tokens
         self.budgets.append(int(budget))
+        self.reaskable += int(req.form is not None and req.n == 1)
         side = self._order.setdefault(req.agent, len(self._order)) % 2
         text, parsed = self._reply(req.form, req.role, counter, int(budget), side)
         prompt = counter.messages(call.messages)
@@ -309,6 +314,21 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     return Estimate(count, rendered, models, bounded and _differs(models), assumed, failed,
                     time.monotonic() - started, _item_most(per_item[MOST.name], models),
                     sum(budgets) / len(budgets) if budgets else 0.0)
+
+
+def most_requests(graph: Any, item: EvalItem, context: JuryContext | None = None) -> int:
+    """The most requests ``graph`` can send for ``item``, counted from the graph itself: the ``most`` scenario (the
+    panel never agrees, every critic objects) renders the item, and every judging call is re-asked as often as
+    the context allows (:attr:`JuryContext.reasks`). ``context``: the run's models (a native n sends n samples in
+    one request); without one, a model whose n samples are n requests. For a protocol that declares no plan."""
+    context = context if context is not None and (context.default is not None or context.models) else \
+        JuryContext(default=ModelSpec(provider="google_genai", model="plan"))
+    replies = SyntheticReplies(MOST, tokenizer="approximate")
+    app = graph.compile() if isinstance(graph, StateGraph) else graph
+    state = app.invoke({"item": item.model_dump(mode="json", exclude_none=True)},
+                       context=planned_context(context, replies))
+    requests = sum(int(counts.get("requests", 0)) for counts in usage_by_model(state.get("usage") or {}).values())
+    return requests + replies.reaskable * context.reasks
 
 
 def _item_most(per_item: list[dict[str, dict[str, int]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:

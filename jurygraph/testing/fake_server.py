@@ -127,6 +127,7 @@ class FakeServer(LocalServer):
         self.faults = faults or Faults()
         self.requests: list[dict[str, Any]] = []  # every request body, as sent
         self.paths: list[str] = []  # and its URL path
+        self.urls: list[str] = []  # the path of every HTTP request, model requests, uploads and polls alike
         self.headers: list[dict[str, str]] = []  # and its headers (lower-case names)
         self.times: list[float] = []  # and when it arrived (time.monotonic()), to count requests per second
         self.outcomes: list[str] = []
@@ -211,6 +212,8 @@ class FakeServer(LocalServer):
                 self._send(status, json.dumps(body).encode(), headers)
 
             def do_GET(self) -> None:
+                with server._lock:
+                    server.urls.append(self.path)
                 answer = server._get(self.path)
                 if answer is None:
                     self._json(404, server._error(404, f"no endpoint {self.path}"))
@@ -219,6 +222,8 @@ class FakeServer(LocalServer):
                     self._send(status, body, content_type=content_type)
 
             def do_POST(self) -> None:
+                with server._lock:
+                    server.urls.append(self.path)
                 length = int(self.headers.get("Content-Length", 0))
                 raw = self.rfile.read(length)
                 if len(raw) < length:  # the client went away mid-send (a kill): no request reached the server
@@ -310,7 +315,7 @@ class FakeOpenAIServer(FakeServer):
         return f"{self.root_url}/v1"
 
     def _model_of(self, path: str) -> str | None:
-        return "" if path.rstrip("/").endswith("/chat/completions") else None
+        return "" if path.partition("?")[0].rstrip("/").endswith("/chat/completions") else None
 
     def _completion(self, request: dict[str, Any], model: str) -> dict[str, Any]:
         n = int(request.get("n") or 1)
