@@ -14,13 +14,16 @@ neither strictly up nor strictly down, after at least ``min_rounds`` rounds, or 
 ``token_budget``. MORE (Multi-Advocate One-Round Evaluation) has k advocates per answer in one round, merged by each
 group's aggregator. The jurors run in one superstep (they are independent); the verdict is the jury's tally.
 
-Defaults are the released code's (SAMRE: R = 5, epsilon 5, window 3, at least 3 rounds; MORE: k = 3; 5 jurors with
-the curated personas; temperature 0, 4096 max tokens); ``docs/FIDELITY.md`` lists each option that departs from it.
+Defaults are the released code's (SAMRE: R = 5, epsilon 5, window 3, at least 3 rounds; MORE: k = 3; 5 jurors;
+temperature 0, 4096 max tokens) but for the jury's personas, which follow the README and the paper (as
+``personas.py`` quotes it): 5 drawn from the 50-persona pool with a fixed seed (42), recorded, where the released
+code cycles five curated identities (``personas="curated"``); ``docs/FIDELITY.md`` lists each option that departs
+from the code.
 Models per agent come from the runtime context by agent name (``Advocate1``, ``Judge``, ``Jury3``,
 ``AdvocateGroup2_Aggregator``...) or role (``advocate``, ``aggregator``, ``judge``, ``scorer``, ``juror``).
 
-A SAMRE round is three LangGraph steps: LangGraph's default recursion limit (25) allows R <= 7; pass
-``config={"recursion_limit": ...}`` when invoking for more rounds.
+A SAMRE round is three LangGraph steps (3R + 3 in all): the default recursion limit of langgraph 1.2 (10007) is far
+above any R, but the LangGraph releases of 2025 (25) allow R <= 7; pass ``config={"recursion_limit": ...}`` there.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def create_d3(
     *,
     mode: Mode | str = "samre",
     jurors: int = DEFAULT_JURORS,
-    personas: Personas | Sequence[str] = "curated",
+    personas: Personas | Sequence[str] = "pool",
     persona_seed: int | None = None,
     verdict: VerdictBy | str = "jury",
     ties: Ties | str = "keep",
@@ -119,9 +122,10 @@ def create_d3(
 
     ``mode``: ``"samre"`` (one advocate per answer, up to ``rounds`` rounds with budgeted stopping; default) or
     ``"more"`` (``advocates`` advocates per answer, one round).
-    ``jurors``: the jury's size (default 5). ``personas``: ``"curated"`` (the released code's five, cycled; default),
-    ``"random"`` (a sample of the 50-persona pool drawn with ``persona_seed``, default 42, recorded in the verdict),
-    or a list of pool names (cycled).
+    ``jurors``: the jury's size (default 5). ``personas``: ``"pool"`` (a sample of the 50-persona pool drawn with
+    ``persona_seed``, default 42, as the README and the paper describe the jury; default), ``"curated"`` (the
+    released code's five, cycled), or a list of pool names (cycled). The jury and the seed are recorded in the
+    verdict's ``detail``.
     ``verdict``: ``"jury"`` (the jury's tally; default) or ``"judge"`` (the judge's own result: SAMRE's mean round
     scores, MORE's scorer). ``ties``: ``"keep"`` (equal votes or scores are a tie; default) or ``"code"`` (the
     released code's: the second answer). ``vote_reading``: ``"binary"`` (a juror's last ``(1, 0)``/``(0, 1)``;
@@ -140,8 +144,8 @@ def create_d3(
     _choice("ties", ties, TIES)
     _choice("vote_reading", vote_reading, VOTE_READINGS)
     _choice("unreadable", unreadable, UNREADABLE)
-    if persona_seed is not None and personas != "random":
-        raise ValueError("persona_seed draws a random jury: it needs personas='random'")
+    if persona_seed is not None and personas != "pool":
+        raise ValueError("persona_seed draws the jury from the persona pool: it needs personas='pool'")
     jury = draw_jury(jurors, personas, DEFAULT_PERSONA_SEED if persona_seed is None else persona_seed)
     samre_options = {"rounds": rounds, "epsilon": epsilon, "convergence_window": convergence_window,
                      "min_rounds": min_rounds, "token_budget": token_budget, "unread_summaries": unread_summaries}
@@ -149,7 +153,7 @@ def create_d3(
                                                      for j in jury],
                               "personas": personas if isinstance(personas, str) else list(personas),
                               "ties": ties, "vote_reading": vote_reading, "unreadable": unreadable}
-    if personas == "random":
+    if personas == "pool":
         detail["persona_seed"] = DEFAULT_PERSONA_SEED if persona_seed is None else persona_seed
     builder = StateGraph(state_schema, context_schema=context_schema)
     debate_end: str | None = None  # where MORE's debate ends; SAMRE's judge leaves it by its conditional edge

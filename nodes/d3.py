@@ -39,7 +39,8 @@ from jurygraph.prompts import load_json, load_prompt, render
 
 Mode = Literal["samre", "more"]
 MODES: tuple[str, ...] = ("samre", "more")
-Personas = Literal["curated", "random"]
+Personas = Literal["pool", "curated"]
+PERSONA_CHOICES: tuple[str, ...] = ("pool", "curated")
 Ties = Literal["keep", "code"]
 TIES: tuple[str, ...] = ("keep", "code")
 VoteReading = Literal["binary", "any"]
@@ -152,24 +153,24 @@ def persona_pool() -> list[dict[str, str]]:
     return list(load_json("d3/personas")["pool"])
 
 
-def draw_jury(n: int, personas: Personas | Sequence[str] = "curated", seed: int | None = None) -> list[Juror]:
-    """The ``n`` jurors: ``curated`` (the released SAMRE and MORE code: the curated five, cycled), ``random``
-    (``personas.get_random_personas``: a sample of the pool with ``seed``, the same draw as the released function's
-    ``random.seed(seed); random.sample(pool, n)``), or a list of pool names, cycled."""
+def draw_jury(n: int, personas: Personas | Sequence[str] = "pool", seed: int | None = None) -> list[Juror]:
+    """The ``n`` jurors: ``pool`` (a sample of the 50-persona pool with ``seed``, the draw of the released
+    ``personas.get_random_personas(n, seed=seed)``: ``random.seed(seed); random.sample(pool, n)``), ``curated``
+    (the released SAMRE and MORE code: the curated five, cycled), or a list of pool names, cycled."""
     pool = {p["name"]: p for p in persona_pool()}
     if n < 1:
         raise ValueError("jurors must be at least 1")
-    if personas == "random":
+    if personas == "pool":
         if n > len(pool):
-            raise ValueError(f"jurors: a random jury is drawn without replacement from the {len(pool)} personas of "
-                             f"the pool; {n} is too many")
+            raise ValueError(f"jurors: a jury drawn from the pool is drawn without replacement from its {len(pool)} "
+                             f"personas; {n} is too many")
         chosen = random.Random(seed).sample(list(pool.values()), n)
     else:
         names = list(load_json("d3/personas")["curated"]) if personas == "curated" else list(personas)
         unknown = [name for name in names if name not in pool]
         if unknown or not names:
-            raise KeyError(f"unknown persona(s) {unknown or names}: personas is 'curated', 'random' or names of the "
-                           "pool (prompts/d3/personas.json)")
+            raise ValueError(f"unknown persona(s) {unknown or names}: the jury's personas are 'pool', 'curated' or "
+                             "names of the pool (prompts/d3/personas.json)")
         chosen = [pool[names[i % len(names)]] for i in range(n)]
     return [Juror(f"Jury{i}", p["name"], p["identity"]) for i, p in enumerate(chosen, 1)]
 
@@ -589,8 +590,9 @@ def make_verdict_node(mode: Mode | str, jurors: Sequence[Juror], *, verdict: Lit
     return RunnableLambda(run, name=name)
 
 
-__all__ = ["D3_PARAMS", "JUDGE", "MODES", "SCORER", "TIES", "UNREADABLE", "VOTE_READINGS", "Juror", "Stopping",
-           "TupleForm", "anonymize", "argument", "compile_transcript", "converged", "court_result", "d3_prompt",
-           "draw_jury", "judge_form", "make_juror_node", "make_more_advocate_node", "make_more_aggregator_node",
-           "make_more_judge_node", "make_more_scorer_node", "make_samre_advocate_node", "make_samre_judge_node",
-           "make_transcript_node", "make_verdict_node", "persona_pool", "python_scores", "stop_reason", "vote_form"]
+__all__ = ["D3_PARAMS", "JUDGE", "MODES", "PERSONA_CHOICES", "SCORER", "TIES", "UNREADABLE", "VOTE_READINGS", "Juror",
+           "Stopping", "TupleForm", "anonymize", "argument", "compile_transcript", "converged", "court_result",
+           "d3_prompt", "draw_jury", "judge_form", "make_juror_node", "make_more_advocate_node",
+           "make_more_aggregator_node", "make_more_judge_node", "make_more_scorer_node", "make_samre_advocate_node",
+           "make_samre_judge_node", "make_transcript_node", "make_verdict_node", "persona_pool", "python_scores",
+           "stop_reason", "vote_form"]

@@ -26,6 +26,10 @@ ITEM = EvalItem(id="q1", task="pairwise", question="How do I boil an egg?", resp
                 response_2="Put it in boiling water for 7-9 minutes, then cool it.", human={"label": "2"})
 CURATED = ["A retired professor of ethics", "A young environmental activist", "A middle-aged business owner",
            "A social worker specializing in community development", "A technology entrepreneur with a background in AI"]
+# the default jury: five of the pool, drawn with seed 42 (personas.get_random_personas(5, seed=42))
+POOL_42 = ["An early childhood education specialist", "An economist at a central bank",
+           "A bioethics researcher at a university hospital", "A science communicator and author",
+           "A technology policy analyst at a think tank"]
 
 
 class Advocate:
@@ -128,8 +132,8 @@ def test_samre_who_heard_what_round_by_round() -> None:
     everyone_else = [c.prompt for name, m in models.items() for c in m.calls if name != "Advocate1"]
     assert not any("DEFENSE 1 #" in p for p in everyone_else)
 
-    # the jury: each juror its curated identity, the anonymized transcript (summaries, judge, scores), no defenses
-    for i, identity in enumerate(CURATED, 1):
+    # the jury: each juror its persona of the pool, the anonymized transcript (summaries, judge, scores), no defenses
+    for i, identity in enumerate(POOL_42, 1):
         vote, summary = models[f"Jury{i}"].calls
         assert vote.messages[0].text == f"You are a , named Jury{i}, your goal is . "
         assert vote.prompt.startswith(f"As a jury member with the identity of {identity}, you are observing a debate "
@@ -152,7 +156,7 @@ def test_samre_who_heard_what_round_by_round() -> None:
     assert verdict.detail["round_scores"] == [list(s) for s in GROWING]
     # the judge's own result: its mean score over the rounds (the released experiments' "court result")
     assert verdict.detail["judge"] == {"score_1": 79.8, "score_2": 62.0, "label": "1"}
-    assert [j["identity"] for j in verdict.detail["jury"]] == CURATED
+    assert [j["identity"] for j in verdict.detail["jury"]] == POOL_42 and verdict.detail["persona_seed"] == 42
     # what each agent said and heard is kept, call by call: system message, prompt, reply
     history = out["histories"]["Advocate1"]
     assert len(history) == 3 * 2 * rounds and history[2].text == "DEFENSE 1 #1" and history[5].text == "SUMMARY 1 #1"
@@ -222,7 +226,7 @@ def more(votes: Sequence[str] = ("(1, 0)",) * 5, scorer_reply: str = "[18, 12] .
 
 
 def test_more_who_heard_what() -> None:
-    models, out = more()
+    models, out = more(personas="curated")  # the released code's jury
     prompt = {name: m.calls[0].prompt for name, m in models.items()}
     assert all(len(m.calls) == 1 for m in models.values())
     for i in (1, 2, 3):
@@ -331,22 +335,24 @@ def test_unread_summaries_can_be_left_out() -> None:
 
 def test_the_jury_personas() -> None:
     pool = persona_pool()
-    assert len(pool) == 50 and [j.identity for j in draw_jury(7)] == [*CURATED, *CURATED[:2]]  # cycled, as the code
-    # a random jury is the released get_random_personas(n, seed=seed): random.seed(seed); random.sample(pool, n)
+    # by default, drawn from the pool as the released get_random_personas(n, seed=seed) draws:
+    # random.seed(seed); random.sample(pool, n)
     random.seed(7)
     expected = random.sample(pool, 5)
-    assert [j.persona for j in draw_jury(5, "random", 7)] == [p["name"] for p in expected]
-    graph = create_d3(mode="more", personas="random").compile()
+    assert [j.persona for j in draw_jury(5, "pool", 7)] == [p["name"] for p in expected]
+    assert [j.identity for j in draw_jury(5, "pool", 42)] == POOL_42
+    graph = create_d3(mode="more", persona_seed=7).compile()
     models = {"advocate": FakeJudge(respond=lambda p, m: "x"), "aggregator": FakeJudge(respond=lambda p, m: "x"),
               "judge": FakeJudge(respond=lambda p, m: "x"), "scorer": FakeJudge(respond=lambda p, m: "(2, 1)"),
               "juror": FakeJudge(respond=lambda p, m: "Vote: (1, 0)")}
     out = graph.invoke({"item": ITEM}, context=JuryContext(models=models))
     verdict = verdict_of(out)
-    random.seed(42)
-    assert verdict is not None and verdict.detail["persona_seed"] == 42 and verdict.detail["personas"] == "random"
-    assert [j["persona"] for j in verdict.detail["jury"]] == [p["name"] for p in random.sample(pool, 5)]
+    assert verdict is not None and verdict.detail["persona_seed"] == 7 and verdict.detail["personas"] == "pool"
+    assert [j["persona"] for j in verdict.detail["jury"]] == [p["name"] for p in expected]
     identities = [c.prompt.split("identity of ")[1].split(", you are")[0] for c in models["juror"].calls]
     assert sorted(identities) == sorted(j["identity"] for j in verdict.detail["jury"])
+    # the released code's curated five, cycled beyond five as the code does; or names of the pool
+    assert len(pool) == 50 and [j.identity for j in draw_jury(7, "curated")] == [*CURATED, *CURATED[:2]]
     assert [j.persona for j in draw_jury(2, ["Economist", "Pediatrician"])] == ["Economist", "Pediatrician"]
 
 
@@ -354,8 +360,8 @@ def test_the_jury_personas() -> None:
     ({"mode": "more", "rounds": 3}, "rounds: SAMRE option"),
     ({"mode": "more", "token_budget": 100}, "token_budget: SAMRE option"),
     ({"mode": "samre", "advocates": 2}, "advocates: MORE option"),
-    ({"persona_seed": 3}, "needs personas='random'"),
-    ({"personas": "random", "jurors": 51}, "too many"),
+    ({"personas": "curated", "persona_seed": 3}, "needs personas='pool'"),
+    ({"jurors": 51}, "too many"),
     ({"personas": ["Nobody"]}, "unknown persona"),
     ({"mode": "both"}, "mode must be one of samre, more"),
     ({"ties": "b"}, "ties must be one of keep, code"),
@@ -363,7 +369,7 @@ def test_the_jury_personas() -> None:
     ({"rounds": 0}, "at least 1"),
 ])
 def test_options_that_cannot_take_effect_are_refused(options: dict[str, Any], message: str) -> None:
-    with pytest.raises((ValueError, KeyError), match=re.escape(message)):
+    with pytest.raises(ValueError, match=re.escape(message)):
         create_d3(**options)
 
 

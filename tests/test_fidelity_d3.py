@@ -3,15 +3,20 @@ the local test server, and every request (system message, prompt, generation par
 released prompts filled as the code fills them (``str.format`` and its f-strings), from the fixture
 ``data/fidelity/d3/released.json`` (extracted from github.com/abirharrasse/D3-Judge, see its ``_source``). The
 anonymized transcript the jury reads is written out below as ``anonymizer.compile_anonymized_transcript`` lays it
-out."""
+out. The jury's identities are the one default that follows the README and the paper rather than the code: five
+personas of the released pool as ``personas.get_random_personas(5, seed=42)`` draws them; ``personas="curated"``
+gives the code's curated five, and then every request is the code's."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from jurygraph import EvalItem, JuryContext, verdict_of
 from jurygraph.graphs.d3 import create_d3
@@ -26,6 +31,17 @@ ITEM = EvalItem(id="q1", task="pairwise", question="How do I boil an egg?", resp
 Q, A1, A2 = ITEM.question, ITEM.response_1, ITEM.response_2
 SCORES = [(90, 80), (91, 81), (95, 85)]  # a steady gap of 10: SAMRE converges at the code's first chance, round 3
 SUMMARIZE = "Summarize the following content"
+
+
+def released_draw(n: int, seed: int) -> list[str]:
+    """The identities ``personas.get_random_personas(n, seed=seed)`` returns: ``random.seed(seed)``, then
+    ``random.sample(PERSONA_POOL, n)``, on the released pool."""
+    random.seed(seed)
+    return [p["identity"] for p in random.sample(RELEASED["personas"]["pool"], n)]
+
+
+# the jury by its persona option: the default (the pool, seed 42) and the released code's curated five
+JURIES = {"pool": released_draw(5, 42), "curated": SAMRE["jury_identities"]}
 
 
 def system(agent: str) -> str:
@@ -97,9 +113,12 @@ def samre_transcript() -> str:
     return HEAD + "\n" + "\n".join(rounds) + TAIL
 
 
-def test_samre_default_sends_the_released_requests(openai_server) -> None:
+@pytest.mark.parametrize("personas", JURIES)
+def test_samre_default_sends_the_released_requests(openai_server, personas: str) -> None:
     server = openai_server(Script())
-    out = create_d3().compile().invoke({"item": ITEM}, context=JuryContext(default=f"openai:d3@{server.base_url}"))
+    options = {} if personas == "pool" else {"personas": personas}
+    out = create_d3(**options).compile().invoke({"item": ITEM},
+                                                context=JuryContext(default=f"openai:d3@{server.base_url}"))
     requests = server.requests
     check_parameters(requests)
     expected = []
@@ -123,7 +142,7 @@ def test_samre_default_sends_the_released_requests(openai_server) -> None:
     assert [sent(r) for r in requests[:18]] == expected  # the debate is sequential: its order is the code's
     jury = []
     context = f"Transcript: ANONYMIZED DEBATE TRANSCRIPT:\n{samre_transcript()}"
-    for i, identity in enumerate(SAMRE["jury_identities"], 1):
+    for i, identity in enumerate(JURIES[personas], 1):
         jury += [(system(f"Jury{i}"), SAMRE["juror"].format(identity=identity, question=Q, context=context)),
                  (system(f"Jury{i}"), SAMRE["summarizer"].format(content=f"Reasoning: Jury{i} read it.\nVote: (0, 1)"))]
     assert sorted(sent(r) for r in requests[18:]) == sorted(jury)  # the jurors are independent: any order
@@ -138,10 +157,12 @@ def more_transcript() -> str:
               "Scores: Defense A: 88, Defense B: 97" + TAIL)
 
 
-def test_more_default_sends_the_released_requests(openai_server) -> None:
+@pytest.mark.parametrize("personas", JURIES)
+def test_more_default_sends_the_released_requests(openai_server, personas: str) -> None:
     server = openai_server(Script())
-    out = create_d3(mode="more").compile().invoke({"item": ITEM},
-                                                  context=JuryContext(default=f"openai:d3@{server.base_url}"))
+    options = {} if personas == "pool" else {"personas": personas}
+    out = create_d3(mode="more", **options).compile().invoke(
+        {"item": ITEM}, context=JuryContext(default=f"openai:d3@{server.base_url}"))
     requests = server.requests
     check_parameters(requests)
     assert len(requests) == 2 * 3 + 2 + 2 + 5
@@ -169,7 +190,7 @@ def test_more_default_sends_the_released_requests(openai_server) -> None:
     assert sent(requests[9]) == (system("Scorer"), MORE["scorer"].format(
         question=Q, answer1=A1, answer2=A2, current_round=1, total_rounds=1, previous_scores=[], **defenses))
     jury = [(system(f"Jury{i}"), MORE["juror"].format(identity=identity, question=Q, context=more_transcript()))
-            for i, identity in enumerate(MORE["jury_identities"], 1)]
+            for i, identity in enumerate(JURIES[personas], 1)]
     assert sorted(sent(r) for r in requests[10:]) == sorted(jury)
     verdict = verdict_of(out)
     assert verdict is not None and verdict.label == "2" and verdict.detail["judge"]["label"] == "2"  # (88, 97) first
@@ -187,7 +208,15 @@ def test_the_defaults_are_the_released_codes() -> None:
     assert more["max_rounds"] == quick["more_arch"]["n_rounds"]
     for detail in (samre, more):
         assert len(detail["jury"]) == quick["samre_arch"]["n_juries"] == DEFAULTS["more_arch"]["n_juries"]
-        assert [j["identity"] for j in detail["jury"]] == SAMRE["jury_identities"] == MORE["jury_identities"]
+        # the README's "50 Personas: Diverse jury pool" and the paper's "random 5-persona subsets" (quoted by
+        # personas.get_random_personas), with the seed of personas.py's own example, recorded
+        assert [j["identity"] for j in detail["jury"]] == JURIES["pool"]
+        assert (detail["personas"], detail["persona_seed"]) == ("pool", 42)
+    # the released SAMRE and MORE code cycle the curated five: the option
+    for mode in ("samre", "more"):
+        curated = verdict_detail(create_d3(mode=mode, personas="curated"))
+        assert [j["identity"] for j in curated["jury"]] == SAMRE["jury_identities"] == MORE["jury_identities"]
+        assert "persona_seed" not in curated
     assert SAMRE["juror"] != MORE["juror"]  # "which advocate ... Advocate1" vs "which defense ... Defense A"
 
 
