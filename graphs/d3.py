@@ -24,6 +24,8 @@ Models per agent come from the runtime context by agent name (``Advocate1``, ``J
 
 A SAMRE round is three LangGraph steps (3R + 3 in all): the default recursion limit of langgraph 1.2 (10007) is far
 above any R, but the LangGraph releases of 2025 (25) allow R <= 7; pass ``config={"recursion_limit": ...}`` there.
+
+On the command line (``jurygraph eval --protocol d3``) D3 is :data:`SPEC`, at the end of this module.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ from typing import Annotated, Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 
+from jurygraph.graphs.spec import Built, Option, Params, ProtocolSpec, panel_signals
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.d3 import (
     MODES,
+    PERSONA_CHOICES,
     TIES,
     UNREADABLE,
     VOTE_READINGS,
@@ -232,4 +236,160 @@ def _wire_more(builder: StateGraph, k: int, unreadable: str) -> str:
     return "scorer"
 
 
-__all__ = ["MORE_DEFAULTS", "SAMRE_DEFAULTS", "VERDICTS", "D3State", "create_d3"]
+# --- the spec: D3 on the command line (graphs/spec.py) -------------------------------------------------------
+
+STOPPING = ("rounds", "epsilon", "convergence_window", "min_rounds", "token_budget")  # SAMRE's, None = released
+SAMRE_ONLY = (*STOPPING, "no_unread_summaries")
+MORE_ONLY = ("advocates",)
+# the options' names are eval's flags: those another protocol reads with another meaning (ChatEval's personas and
+# unreadable) or too general to be D3's alone on `eval --help` are named for D3
+OPTIONS: tuple[Option, ...] = (
+    Option("d3_mode", str, "samre",
+           "D3 (Debate, Deliberate, Decide): samre = one advocate per answer over up to --rounds rounds, stopped "
+           "early when the judge's scores converge (default); more = --advocates advocates per answer, one round",
+           choices=MODES),
+    Option("jurors", int, DEFAULT_JURORS, f"D3: the jury's size (default {DEFAULT_JURORS})", minimum=1,
+           metavar="N"),
+    Option("jury_personas", str, "pool",
+           "D3: the jurors' personas: pool = drawn from the released 50-persona pool with --persona-seed (default, "
+           "as the README and the paper describe the jury); curated = the released code's five curated identities, "
+           "cycled; or NAME,NAME,... of the pool (prompts/d3/personas.json), cycled",
+           metavar="{pool,curated,NAME,...}"),
+    Option("persona_seed", int, None,
+           f"D3 --jury-personas pool: the draw's seed (default {DEFAULT_PERSONA_SEED}), recorded in the manifest "
+           "and in every verdict", metavar="SEED"),
+    Option("rounds", int, None, f"D3 samre: at most R debate rounds (default {SAMRE_DEFAULTS['rounds']})",
+           minimum=1, metavar="R"),
+    Option("epsilon", float, None,
+           "D3 samre: converged when the judge's score gaps over the last --convergence-window rounds span less "
+           f"than epsilon and trend neither up nor down (default {SAMRE_DEFAULTS['epsilon']:g}; 0 never converges)",
+           minimum=0),
+    Option("convergence_window", int, None,
+           f"D3 samre: rounds in the convergence window (default {SAMRE_DEFAULTS['convergence_window']})", minimum=1,
+           metavar="W"),
+    Option("min_rounds", int, None,
+           f"D3 samre: no convergence before this round (default {SAMRE_DEFAULTS['min_rounds']}, the released "
+           "code's; --convergence-window 2 --min-rounds 2 is the README's 'converge by round 2')", minimum=1,
+           metavar="N"),
+    Option("token_budget", int, None,
+           "D3 samre: stop after the round in which the debate's tokens (input and output) pass B (default none: "
+           "the released code counts no tokens)", minimum=1, metavar="B"),
+    Option("no_unread_summaries", bool, False,
+           "D3 samre: leave out the judge's and each juror's summary of its own reply, which nobody reads (the "
+           "released code asks for them: one request each)"),
+    Option("advocates", int, None, f"D3 more: advocates per answer (default {MORE_DEFAULTS['advocates']})",
+           minimum=1, metavar="K"),
+    Option("verdict_by", str, "jury",
+           "D3: jury = the jurors' tally (default, the released code); judge = the judge's own result (samre: its "
+           "mean round scores; more: the scorer's)", choices=VERDICTS),
+    Option("d3_ties", str, "keep",
+           "D3: equal votes are a tie (default, jurygraph's rule); code = the second answer wins, as the released "
+           "code's tally", choices=TIES),
+    Option("vote_reading", str, "binary",
+           "D3: a juror's vote is its last (1, 0) or (0, 1) (default); any = SAMRE's code, its last tuple of any "
+           "integers, added to the tally as it is", choices=VOTE_READINGS),
+    Option("d3_unreadable", str, "missing",
+           "D3: a judge, scorer or juror reply without its tuple is re-asked once, then missing (default, "
+           "jurygraph's rule); code = read as (0, 0), never re-asked, as the released code", choices=UNREADABLE),
+)
+
+
+def _personas(text: str) -> str | list[str]:
+    """``--jury-personas``: ``pool``, ``curated``, or pool names separated by commas."""
+    if text in PERSONA_CHOICES:
+        return text
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _resolved(values: Params) -> dict[str, Any]:
+    """The options' values with the mode's released defaults filled in (what a run records and its plan reads)."""
+    mode = values["d3_mode"]
+    chosen = {"d3_mode": mode, "jurors": int(values["jurors"]), "jury_personas": values["jury_personas"]}
+    if values["jury_personas"] == "pool":
+        chosen["persona_seed"] = DEFAULT_PERSONA_SEED if values["persona_seed"] is None else values["persona_seed"]
+    if mode == "samre":
+        chosen.update({k: SAMRE_DEFAULTS[k] if values[k] is None else values[k] for k in STOPPING})
+        chosen["unread_summaries"] = not values["no_unread_summaries"]
+    else:
+        chosen["advocates"] = MORE_DEFAULTS["advocates"] if values["advocates"] is None else values["advocates"]
+    chosen.update(verdict_by=values["verdict_by"], d3_ties=values["d3_ties"], vote_reading=values["vote_reading"],
+                  d3_unreadable=values["d3_unreadable"])
+    return chosen
+
+
+def _build(values: Params) -> Built:
+    mode = values["d3_mode"]
+    other = MORE_ONLY if mode == "samre" else SAMRE_ONLY
+    given = [_flag(name) for name in other if values[name] not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)}: D3 {'more' if mode == 'samre' else 'samre'} option(s); "
+                         f"--d3-mode {mode} does not read them")
+    if values["persona_seed"] is not None and values["jury_personas"] != "pool":
+        raise ValueError("--persona-seed draws the jury from the persona pool: it needs --jury-personas pool")
+    personas = _personas(values["jury_personas"])
+    chosen = _resolved(values)
+    samre = {k: chosen[k] for k in STOPPING} if mode == "samre" else {}
+    graph = create_d3(mode=mode, jurors=chosen["jurors"], personas=personas, persona_seed=values["persona_seed"],
+                      verdict=values["verdict_by"], ties=values["d3_ties"], vote_reading=values["vote_reading"],
+                      unreadable=values["d3_unreadable"], advocates=chosen.get("advocates"),
+                      unread_summaries=chosen.get("unread_summaries"), **samre)
+    seed = chosen.get("persona_seed")
+    chosen["jury"] = [juror.persona for juror in draw_jury(chosen["jurors"], personas, seed)]
+    return Built(graph, chosen)
+
+
+def _samre(params: Params, name: str) -> Any:
+    """A SAMRE setting as a run recorded it, or its released default."""
+    value = params.get(name)
+    return SAMRE_DEFAULTS[name] if value is None else value
+
+
+def _plan(params: Params) -> int:
+    """The most requests of one item: every reply that holds a tuple (the judge's or scorer's, each juror's vote)
+    may be re-asked once (not with the code's reading of an unreadable reply); SAMRE runs R rounds."""
+    again = 0 if params.get("d3_unreadable") == "code" else 1
+    jurors = int(params.get("jurors") or DEFAULT_JURORS)
+    if params.get("d3_mode", "samre") == "more":
+        advocates = int(params.get("advocates") or MORE_DEFAULTS["advocates"])
+        return 2 * advocates + 2 + 1 + (1 + again) + jurors * (1 + again)
+    rounds, summary = int(_samre(params, "rounds")), int(_samre(params, "unread_summaries"))
+    # a round: each advocate's defense and its summary (heard), the judge's score, its re-ask, its unread summary
+    return rounds * (4 + 1 + again + summary) + jurors * (1 + again + summary)
+
+
+def _bounds(params: Params) -> tuple[str, str] | None:
+    """SAMRE may stop before R rounds: on convergence, from the code's minimum round, or on the token budget."""
+    if params.get("d3_mode", "samre") == "more":
+        return None
+    rounds = int(_samre(params, "rounds"))
+    first = max(int(_samre(params, "convergence_window")), int(_samre(params, "min_rounds")))
+    fewest = []
+    if params.get("token_budget") is not None and rounds > 1:
+        fewest.append("the debate's tokens pass the budget in round 1")
+    if first < rounds and float(_samre(params, "epsilon")) > 0:
+        fewest.append(f"the judge's score gaps converge at round {first}")
+    if not fewest:
+        return None
+    return " or ".join(fewest), f"the score gaps never converge ({rounds} rounds)"
+
+
+SPEC = ProtocolSpec(
+    name="d3",
+    factory=create_d3,
+    help="D3 (Debate, Deliberate, Decide): advocates per answer, a judge, a jury voting on the anonymized transcript",
+    options=OPTIONS,
+    build=_build,
+    tasks=("pairwise",),
+    plan=_plan,
+    bounds=_bounds,
+    # the jurors and the judge (SAMRE's Judge, MORE's Scorer) are the panel; the advocates give no judgment
+    signals=lambda params, task: panel_signals(task, members=int(params.get("jurors") or DEFAULT_JURORS) + 1),
+    studio={"d3_samre": lambda: create_d3(mode="samre"), "d3_more": lambda: create_d3(mode="more")},
+    order=80,
+)
+
+__all__ = ["MORE_DEFAULTS", "OPTIONS", "SAMRE_DEFAULTS", "SPEC", "VERDICTS", "D3State", "create_d3"]

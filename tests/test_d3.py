@@ -19,7 +19,6 @@ from jurygraph.graphs.d3 import create_d3
 from jurygraph.judging.doubt import doubt_signals
 from jurygraph.measuring.members import member_names
 from jurygraph.nodes.d3 import Stopping, anonymize, converged, d3_prompt, draw_jury, persona_pool, stop_reason
-from jurygraph.running.estimate import estimate
 from jurygraph.testing import FakeJudge
 
 ITEM = EvalItem(id="q1", task="pairwise", question="How do I boil an egg?", response_1="Boil it for 9 minutes.",
@@ -424,18 +423,3 @@ def test_every_d3_prompt_file_says_where_it_comes_from() -> None:
     for path in files:
         assert path.read_text(encoding="utf-8").startswith("#: "), path.name
         assert not d3_prompt(path.stem).startswith("#:"), path.name
-
-
-@pytest.mark.parametrize(("options", "requests"), [
-    ({}, 3 * 6 + 5 * 2),  # the dry run's judge gives one gap every round: converged at the code's minimum round 3
-    ({"epsilon": 0.0}, 5 * 6 + 5 * 2),  # no gap range is below 0: R rounds
-    ({"convergence_window": 2, "min_rounds": 2, "unread_summaries": False}, 2 * 5 + 5),
-    ({"mode": "more"}, 2 * 3 + 2 + 2 + 5),
-])
-def test_the_dry_run_renders_d3(options: dict[str, Any], requests: int) -> None:
-    found = estimate(create_d3(**options), [ITEM], context=JuryContext(default="openai:judge@http://127.0.0.1:9/v1"),
-                     tokenizer="approximate")
-    assert not found.failed
-    assert found.per_item("requests", "fewest") == found.per_item("requests", "most") == requests
-    # every reply at its 4096-token cap (MetaGPT's default), so each one counts 4096 output tokens
-    assert found.per_item("output_tokens", "most") == 4096 * requests
