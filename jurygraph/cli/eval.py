@@ -6,11 +6,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +40,10 @@ from jurygraph.running.runner import RunAborted, RunSummary, run
 # resume restores it from the manifest and refuses a different value.
 EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
                   "no_cache", "keep_checkpoints", "prices", "quiet", "yes", "ray", "workers", "shard_size",
-                  "ray_dashboard", *costs.COST_EXECUTION_ONLY)
-# parser bookkeeping and the run directory itself, never saved as settings
-NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
+                  "ray_dashboard", "dataset_changed", *costs.COST_EXECUTION_ONLY)
+# parser bookkeeping, the run directory itself, and what one command does (a dry run, a pilot), never saved as
+# settings: a resume does not repeat them
+NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv", "dry_run", "json", "pilot")
 # a plan above this many requests per item asks for --yes
 REQUESTS_PER_ITEM_LIMIT = 100
 
@@ -66,6 +65,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                            "columns, e.g. --scale 1-5")
     data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
     data.add_argument("--limit", type=int, help="judge only the first N items")
+    data.add_argument("--dataset-changed", choices=("refuse", "continue"), default="refuse",
+                      help="with --resume, when the dataset file's hash is not the one the run read last: refuse "
+                           "(default: exit 2 naming the file) or continue (the manifest keeps the hash the run began "
+                           "on, adds the new one, and says which items were judged on which)")
     add_model_arguments(parser.add_argument_group("models"))
     runopts = parser.add_argument_group("run")
     runopts.add_argument("--out", help="run directory (default: runs/<protocol>-<dataset>)")
@@ -216,7 +219,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
                          "(a smoke-test model: its ratings carry no signal)")
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
-    if args.dry_run:
+    if args.dry_run and not args.pilot:
         return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
     per_item = setup.requests_per_item(next(iter(items), None), context)
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
@@ -230,34 +233,74 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise UsageError(str(err)) from None  # before any item starts: none would run
     check_models(context)
     out = Path(args.out or f"runs/{short_name(args.protocol)}-{Path(str(args.dataset)).stem}")
-    invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),
-                  "execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
+    if args.resume:
+        _check_dataset(previous, dataset.sha256, str(args.dataset), args.dataset_changed)
+    invocation = {"execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
+    if args.pilot:
+        invocation["execution"]["pilot"] = args.pilot
     manifest = {
         "protocol": args.protocol, "parameters": setup.params, "dataset": {"name": dataset.name,
         "source": str(args.dataset), "sha256": dataset.sha256, "rows_skipped": len(dataset.errors)},
         "models": _model_labels(context), "requests_per_item": per_item, "cli": _settings(args),
         # the run's generation settings; the parameters each agent was called with are in "generation"
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
-        "invocations": [*previous.get("invocations", []), invocation],
+        "invocation": invocation,
     }
     budget = costs.before_run(args, setup, context, items, prices)
-    try:
-        summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
-                      checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
-                      resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
-                      manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args),
-                      ray=cluster)
-    except KeyboardInterrupt as stop:
-        print(f"jurygraph: {stop}", file=sys.stderr)
-        return 130
-    except RunAborted as stop:
-        done = stop.summary
-        sent = f" ({done.done} items done, {done.attempts} HTTP requests sent)" if done else ""
-        print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
-              file=sys.stderr)
-        return stop.exit_code
+
+    def judged(these: Any) -> RunSummary | int:
+        """The run over ``these`` items, or the exit code it stopped with (said in one line)."""
+        try:
+            return run(setup.graph, these, out_dir=out, context=context, concurrency=args.concurrency,
+                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
+                       resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
+                       manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args), ray=cluster)
+        except KeyboardInterrupt as stop:
+            print(f"jurygraph: {stop}", file=sys.stderr)
+            return 130
+        except RunAborted as stop:
+            done = stop.summary
+            sent = f" ({_plural(done.done, 'item')} done, {_plural(done.attempts, 'HTTP request')} sent)" \
+                if done else ""
+            print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
+                  file=sys.stderr)
+            return stop.exit_code
+
+    if args.pilot:  # the first items for real: their replies' lengths give the expected figure of the rest
+        piloted = judged(items.head(args.pilot))
+        if isinstance(piloted, int):
+            return piloted
+        args.resume = str(out)  # what follows continues the run the pilot began
+        if args.dry_run:
+            if not args.json:  # --json prints one JSON object; the pilot's figures are in its manifest
+                _print_summary(piloted, out)
+            return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
+        budget = costs.before_run(args, setup, context, items, prices)
+    summary = judged(items)
+    if isinstance(summary, int):
+        return summary
     _print_summary(summary, out)
     return 1 if summary.failed else 0
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _check_dataset(previous: dict[str, Any], sha256: str, source: str, policy: str) -> None:
+    """A resume reads the dataset the run read last, or says so: exit 2 naming the file (the run is left as it
+    was), unless ``--dataset-changed continue``, which the manifest records (:class:`RunManifest` keeps both)."""
+    from jurygraph.running.rundir import DatasetInfo
+
+    if not previous.get("dataset"):
+        return
+    read = DatasetInfo.model_validate(previous["dataset"]).current()
+    if not read or read == sha256 or policy == "continue":
+        return
+    raise UsageError(f"--resume: the dataset {source} changed since the run read it (sha256 {read[:12]}..., now "
+                     f"{sha256[:12]}...): its finished items were judged on the old text. Restore the file, or pass "
+                     "--dataset-changed continue to go on (the manifest records both hashes and which items were "
+                     "judged on which)")
 
 
 def awaiting_line(count: int) -> str:

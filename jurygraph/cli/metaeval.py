@@ -52,7 +52,7 @@ from jurygraph.measuring.tables import (
     label_table,
     results_csv,
 )
-from jurygraph.running.rundir import CHECKPOINTS, read_manifest
+from jurygraph.running.rundir import CHECKPOINTS, RunManifest, read_manifest
 
 
 def slug(name: str) -> str:
@@ -266,6 +266,25 @@ def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], b
     }
 
 
+def totals_table(names: Sequence[str], manifests: Sequence[dict[str, Any] | None]) -> Table | None:
+    """What each run judged and paid over every invocation (its manifest's totals), beside its agreement."""
+    rows = []
+    for name, data in zip(names, manifests, strict=True):
+        if data is None:
+            continue
+        totals = RunManifest.model_validate(data).totals()
+        cost = "–" if totals["cost_usd"] is None else f"{totals['cost_usd']:.4f}"
+        rows.append([name, f"{totals['done']} of {totals['items'] if totals['items'] is not None else '?'}",
+                     f"{totals['requests']:,}", f"{totals['attempts']:,}",
+                     f"{totals['input_tokens']:,} + {totals['output_tokens']:,}", cost, f"{totals['seconds']:.1f}",
+                     str(totals["invocations"])])
+    if not rows:
+        return None
+    return Table("What each run judged and paid (over every invocation)", ["Method", "Items done", "Requests",
+                 "HTTP attempts", "Tokens (in + out)", "USD", "Seconds", "Invocations"], rows,
+                 notes=["USD: – where no model of the run has a price"])
+
+
 def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, Any]]]], list[str],
                                                 list[dict[str, Any] | None]]:
     """``RUN_DIR`` or ``NAME=RUN_DIR`` arguments: each run's (name, records), its path and its manifest."""
@@ -296,9 +315,12 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
               f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
+    totals = totals_table([name for name, _ in named], manifests)
     if args.json:
-        text = json.dumps(as_json(methods, pairs, biases, panels, warnings, rules, args, doubts), indent=2,
-                          ensure_ascii=False)
+        data = as_json(methods, pairs, biases, panels, warnings, rules, args, doubts)
+        data["runs"] = [{"name": name, "path": path, "totals": RunManifest.model_validate(m).totals()}
+                        for (name, _), path, m in zip(named, paths, manifests, strict=True) if m is not None]
+        text = json.dumps(data, indent=2, ensure_ascii=False)
         print(text)
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -316,6 +338,8 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     for report in doubts:
         sections += [(f"{kind}_{slug(report.name)}_{slug(report.target)}", table)
                      for kind, table in coverage_tables(report)]
+    if totals is not None:
+        sections.append(("totals", totals))
     for name, table in sections:
         print("\n" + table.text())
         if out is not None:

@@ -11,6 +11,7 @@ fails at the first call with the name of the variable to set.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 import weakref
@@ -195,11 +196,13 @@ class ModelSpec(BaseModel):
             http_async_client = httpx.AsyncClient(
                 timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
                 event_hooks={"request": [count]})
+            # and a sync one with the same hook, so that a call from a sync invoke (a notebook, a review) counts too
+            http_client = httpx.Client(timeout=self.timeout, event_hooks={"request": [count]})
             return ChatOpenAI(
                 model=self.model, base_url=base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
                 temperature=self.temperature, max_tokens=self.max_tokens,  # type: ignore[call-arg]
                 timeout=self.timeout, max_retries=self.max_retries, http_async_client=http_async_client,
-                default_query=query or None,
+                http_client=http_client, default_query=query or None,
             )
         from langchain_google_genai import ChatGoogleGenerativeAI
 
@@ -248,6 +251,9 @@ class _CountAttempt:
 
     def __call__(self, request: Any) -> _Done:
         http_attempts[self.label] += 1
+        attempts = call_attempts.get()
+        if attempts is not None:  # the call this request belongs to counts it (its ledger row's attempts)
+            attempts[0] += 1
         return _DONE
 
 
@@ -263,6 +269,9 @@ ModelLike = str | ModelSpec | BaseChatModel
 # every HTTP request the OpenAI-compatible and Gemini clients of this process sent, their own retries and the
 # failed ones included, by model label: the runner reports the difference over a run as its attempts
 http_attempts: Counter[str] = Counter()
+# the HTTP attempts of the model call running in this context (jurygraph.llm.calls sets it around each call; httpx
+# calls its request hooks in the task that sends, and the call's own tasks (n samples) share the list)
+call_attempts: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("call_attempts", default=None)
 
 
 def to_spec(value: str | ModelSpec | Mapping[str, Any]) -> ModelSpec:

@@ -42,7 +42,7 @@ from jurygraph.measuring.panel import (
 )
 from jurygraph.measuring.position import PositionBias, is_reversed, position_table, run_biases
 from jurygraph.measuring.tables import Table, correlation_table, detail_table, label_table
-from jurygraph.running.rundir import AWAITING_REVIEW
+from jurygraph.running.rundir import AWAITING_REVIEW, RunManifest
 
 # the texts of an item shown above its conversation, in this order
 ITEM_FIELDS = ("question", "source", "context", "fact", "response", "response_1", "response_2", "options")
@@ -348,6 +348,57 @@ def summary_html(run: RunInput) -> str:
             f"(as <code>jurygraph draw</code> draws it)</figcaption></figure></div></section>")
 
 
+def spend_html(runs: Sequence[RunInput]) -> str:
+    """Spend per invocation: each ``jurygraph eval`` on the run directory (a resume, a pilot, one killed before its
+    end) with the items it finished, the calls it paid, their HTTP attempts, tokens, USD and wall time, then the
+    run's totals; the budget's limits, the items it held back and any overrun. From the manifest (its figures are
+    the spend ledger's), so an invocation killed half-way shows what it paid too."""
+    blocks = []
+    for run in runs:
+        manifest = RunManifest.model_validate(dict(run.manifest))
+        if not manifest.invocations:
+            continue
+        rows = []
+        for number, invocation in enumerate(manifest.invocations, start=1):
+            counts, spend = invocation.counts, invocation.spend
+            if invocation.ended is None and number < len(manifest.invocations):
+                how = "killed (no end recorded)"
+            else:
+                how = invocation.stopped or invocation.aborted or ("interrupted" if counts and counts.interrupted
+                                                                   else "finished")
+            rows.append([f"{number}{' (resume)' if invocation.resume else ''}", (invocation.at or "")[:19],
+                         _number(counts.done) if counts else "–", _number(spend.requests) if spend else "–",
+                         _number(counts.attempts) if counts else "–",
+                         f"{_number(spend.input_tokens)} + {_number(spend.output_tokens)}" if spend else "–",
+                         _usd(spend.cost_usd) if spend else "–",
+                         f"{counts.seconds:.1f} s" if counts else "–", how])
+        total = manifest.counts
+        rows.append(["run", "", _number(total.done), _number(total.requests), _number(total.attempts),
+                     f"{_number(total.input_tokens)} + {_number(total.output_tokens)}", _usd(total.cost_usd),
+                     f"{total.seconds:.1f} s", manifest.stopped or "–"])
+        notes = ["Requests, tokens and USD are the spend ledger's: every paid call, recorded before its answer was "
+                 "used (an invocation killed before its end included); USD at the prices of the time, – where no "
+                 "model had a price; attempts are the HTTP requests sent, retries included."]
+        budget = manifest.budget
+        if budget is not None:
+            limits = [f"--max-cost {budget.max_cost_usd:g}"] if budget.max_cost_usd is not None else []
+            limits += [f"--max-total-tokens {budget.max_total_tokens:,}"] if budget.max_total_tokens else []
+            notes.append(f"budget: {' and '.join(limits) or 'none'}"
+                         + (f"; over it by {budget.overrun}" if budget.overrun else "; within it"))
+            notes += [f"held back: {item} ({why})" for item, why in list(budget.held_back.items())[:10]]
+        table = Table(f"{run.name}: spend per invocation", ["invocation", "started (UTC)", "items done", "requests",
+                                                             "attempts", "tokens (in + out)", "USD", "wall time",
+                                                             "ended"], rows, notes=notes)
+        blocks.append(table_html(table))
+    if not blocks:
+        return ""
+    return "<section id='spend'><h2>Spend per invocation</h2>" + "".join(blocks) + "</section>"
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.4f}"
+
+
 def _figures(methods: Sequence[MethodResult]) -> list[str]:
     """The metaeval plots, as inline PNGs (none when matplotlib is not installed)."""
     try:
@@ -628,6 +679,7 @@ def build_report(runs: Sequence[RunInput], *, title: str | None = None, resample
     methods = [evaluate_records(run.records, run.name, resamples=resamples, seed=seed) for run in runs]
     title = title or "jurygraph report: " + ", ".join(run.name for run in runs)
     body = (f"<section id='summary'><h2>Summary</h2>{''.join(summary_html(run) for run in runs)}</section>"
+            f"{spend_html(runs)}"
             f"<section id='agreement'><h2>Agreement with humans</h2>{agreement_html(methods)}</section>"
             f"{position_html(runs)}{comparison_html(runs)}"
             f"{panel_html(runs, resamples=resamples, seed=seed)}{doubt_html(runs)}{decided_html(runs)}")

@@ -33,6 +33,7 @@ from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CHECKPOINTS,
     iter_results,
+    load_manifest,
     read_manifest,
     replace_result,
     run_lock,
@@ -114,13 +115,14 @@ class Review:
     def _record(self, item_id: str, values: dict[str, Any]) -> dict[str, Any]:
         record = item_record(as_item(values["item"]), values, "ok")
         replace_result(self.out, record)
-        manifest = read_manifest(self.out)
+        manifest = load_manifest(self.out)
         if manifest is not None:
-            left = [i for i in manifest.get("awaiting_review") or [] if i != item_id]
-            manifest["awaiting_review"] = left
-            if isinstance(manifest.get("counts"), dict):
-                manifest["counts"]["awaiting_review"] = len(left)
-                manifest["counts"]["reviewed"] = int(manifest["counts"].get("reviewed") or 0) + 1
+            left = [i for i in manifest.awaiting_review if i != item_id]
+            manifest.awaiting_review = left
+            counts = manifest.counts
+            counts.awaiting_review = len(left)
+            counts.reviewed += 1
+            counts.done += 1  # the item is decided now
             write_manifest(self.out, manifest)
         return record
 
