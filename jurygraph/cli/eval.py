@@ -125,7 +125,7 @@ def _resume_args(args: argparse.Namespace,
     manifest = read_manifest(args.resume)
     if manifest is None:
         raise UsageError(f"--resume {args.resume}: no manifest.json there (was it a jurygraph run directory?)")
-    if "cli" not in manifest:
+    if not manifest.get("cli"):  # a typed manifest always has the field; a run made from Python leaves it empty
         raise UsageError(f"--resume {args.resume}: the run was not made by `jurygraph eval` (its manifest keeps no "
                          "command line, e.g. run(graph, items, ...) from Python): resume it the way it was made, "
                          "with resume=True; or run the graph's factory with `jurygraph eval --protocol "

@@ -15,6 +15,7 @@ verdict; :meth:`Review.pending` (and an ``eval --resume``) write its line from t
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,14 @@ class NotAwaitingReview(ValueError):
 
 
 def awaiting_ids(out_dir: str | Path) -> list[str]:
-    """The ids of the items whose results line says they wait for a review, in the file's order."""
-    return [str(r["id"]) for r in iter_results(out_dir) if r.get("status") == AWAITING_REVIEW]
+    """The ids of the items whose results line says they wait for a review, in their ids' natural order (q2 before
+    q10): the results file is in the order items finished, which concurrency makes differ from run to run."""
+    waiting = [str(r["id"]) for r in iter_results(out_dir) if r.get("status") == AWAITING_REVIEW]
+    return sorted(waiting, key=_natural)
+
+
+def _natural(text: str) -> list[tuple[int, int | str]]:
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part]
 
 
 @dataclass
@@ -66,7 +73,7 @@ class Review:
         return {"configurable": {"thread_id": item_id}}
 
     def pending(self) -> dict[str, dict[str, Any]]:
-        """The items waiting for a review, each with its :meth:`request`, in the results file's order. An item whose
+        """The items waiting for a review, each with its :meth:`request`, in their ids' natural order. An item whose
         checkpoint is already reviewed (a review that died before its results line was written) gets its line now
         and is not listed."""
         waiting = {}
