@@ -96,7 +96,7 @@ def test_options_are_listed_once_keeping_each_protocols_order() -> None:
 
 
 def test_the_built_in_protocols_are_found_by_their_modules() -> None:
-    assert list(builtin()) == ["chateval", "debate", "refer", "single", "ensemble", "geval", "analyze-rate"]
+    assert list(builtin()) == ["chateval", "debate", "refer", "single", "ensemble", "geval", "analyze-rate", "d3"]
     assert find("debate") is builtin()["debate"]
     assert panel_signals("score", members=3, samples=20) == {"spread", "sample_spread"}
     assert panel_signals("pairwise", members=2, samples=20) == {"agreement"}
