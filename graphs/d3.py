@@ -386,6 +386,8 @@ SPEC = ProtocolSpec(
     tasks=("pairwise",),
     plan=_plan,
     bounds=_bounds,
+    # the scripted judge repeats its scores, which the convergence rule reads as converged: the most renders R rounds
+    most_values=lambda values: {"epsilon": 0.0} if values.get("d3_mode", "samre") == "samre" else {},
     # the jurors and the judge (SAMRE's Judge, MORE's Scorer) are the panel; the advocates give no judgment
     signals=lambda params, task: panel_signals(task, members=int(params.get("jurors") or DEFAULT_JURORS) + 1),
     studio={"d3_samre": lambda: create_d3(mode="samre"), "d3_more": lambda: create_d3(mode="more")},

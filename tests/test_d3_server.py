@@ -74,26 +74,33 @@ def dry_run(*options: str) -> dict[str, Any]:
 
 
 # SAMRE's round: each advocate's defense and its summary, the judge's evaluation and its unread summary (6); its
-# jury: a vote and an unread summary per juror (10). The re-askable replies: the judge's, each vote.
-@pytest.mark.parametrize(("options", "per_item", "with_reasks"), [
-    pytest.param([], 3 * 6 + 10, 5 * 7 + 15, id="fewest: converges at the code's minimum round 3"),
-    pytest.param(["--min-rounds", "4"], 4 * 6 + 10, 5 * 7 + 15, id="fewest: converges at the minimum round 4"),
-    pytest.param(["--convergence-window", "2", "--min-rounds", "2", "--no-unread-summaries"], 2 * 5 + 5,
+# jury: a vote and an unread summary per juror (10). The re-askable replies: the judge's, each vote. The fewest: the
+# scripted judge repeats its scores, so the debate converges at the first round the rule allows; the most: the spec's
+# most_values (epsilon 0, never converging) render R rounds, for the dry run's bound and the budget's reserves.
+@pytest.mark.parametrize(("options", "fewest", "most", "with_reasks"), [
+    pytest.param([], 3 * 6 + 10, 5 * 6 + 10, 5 * 7 + 15, id="converges at the code's minimum round 3, or R = 5"),
+    pytest.param(["--min-rounds", "4"], 4 * 6 + 10, 5 * 6 + 10, 5 * 7 + 15, id="converges at round 4, or R = 5"),
+    pytest.param(["--convergence-window", "2", "--min-rounds", "2", "--no-unread-summaries"], 2 * 5 + 5, 5 * 5 + 5,
                  5 * 6 + 10, id="the README's round 2"),
-    pytest.param(["--param", "epsilon=0"], 5 * 6 + 10, 5 * 7 + 15, id="most: R = 5 rounds (epsilon 0)"),
-    pytest.param(["--param", "epsilon=0", "--rounds", "6"], 6 * 6 + 10, 6 * 7 + 15, id="most: R = 6 rounds"),
-    pytest.param(["--d3-mode", "more"], 2 * 3 + 2 + 2 + 5, 2 * 3 + 2 + 1 + 2 + 10, id="more"),
+    pytest.param(["--param", "epsilon=0"], 5 * 6 + 10, 5 * 6 + 10, 5 * 7 + 15, id="epsilon 0: R = 5 rounds"),
+    pytest.param(["--param", "epsilon=0", "--rounds", "6"], 6 * 6 + 10, 6 * 6 + 10, 6 * 7 + 15, id="R = 6 rounds"),
+    pytest.param(["--d3-mode", "more"], 2 * 3 + 2 + 2 + 5, 2 * 3 + 2 + 2 + 5, 2 * 3 + 2 + 1 + 2 + 10, id="more"),
     pytest.param(["--d3-mode", "more", "--advocates", "2", "--jurors", "3", "--d3-unreadable", "code"],
-                 2 * 2 + 2 + 2 + 3, 2 * 2 + 2 + 2 + 3, id="more k=2 n=3, the code's unreadable rule"),
+                 2 * 2 + 2 + 2 + 3, 2 * 2 + 2 + 2 + 3, 2 * 2 + 2 + 2 + 3, id="more k=2 n=3, the code's unreadable rule"),
 ])
-def test_the_dry_run_bounds(options: list[str], per_item: int, with_reasks: int) -> None:
+def test_the_dry_run_bounds(options: list[str], fewest: int, most: int, with_reasks: int) -> None:
     found = dry_run(*options)
     assert found["protocol"] == "d3" and found["items"] == 2
-    assert found["requests_per_item"] == per_item and found["requests"] == 2 * per_item
+    per_item = found["requests_per_item"]
+    if fewest == most:
+        assert per_item == most and found["requests"] == 2 * most
+    else:
+        assert per_item == {"min": fewest, "max": most} and found["requests"] == {"min": 2 * fewest, "max": 2 * most}
     # the plan its spec declares: every round to R, every tuple re-asked once
     assert found["requests_per_item_with_reasks"] == with_reasks
     # every reply at its 4096-token cap (MetaGPT's default, which the released runs sent)
-    assert found["output_tokens"] == 2 * per_item * 4096
+    tokens = found["output_tokens"]
+    assert (tokens["max"] if isinstance(tokens, dict) else tokens) == 2 * most * 4096
 
 
 def killed_mid_run(server: Any, release: threading.Event, args: list[str], at_request: int) -> None:
@@ -241,3 +248,24 @@ def test_its_studio_graphs_judge_an_item_with_a_json_context(graph_id: str, open
     verdict = verdict_of(out)
     assert verdict is not None and (verdict.label, verdict.votes) == ("2", {"1": 0, "2": 5})
     assert all(r["model"] == "fake-model" for r in server.requests)
+
+
+def test_a_budget_reserves_an_item_its_longest_debate() -> None:
+    """The budget's per-item reserve renders SAMRE as the dry run's most does (R rounds, the spec's most_values),
+    not the converging debate the scripted replies give: a reserve of 3 rounds would let an item of 5 pass the
+    limit."""
+    import argparse
+
+    from jurygraph.cli.costs import item_pricer
+    from jurygraph.cli.eval import add_eval_arguments
+    from jurygraph.cli.options import context_from_args
+    from jurygraph.cli.protocols import build_protocol
+
+    parser = argparse.ArgumentParser()
+    add_eval_arguments(parser)
+    args = parser.parse_args(["--protocol", "d3", *FAIREVAL, "--model", "openai:gpt-4o-mini"])
+    item = load_faireval().items[0]
+    setup = build_protocol(args, {"pairwise"})
+    assert setup.most_graph is not None
+    reserve = item_pricer(setup, context_from_args(args, setup), None, batch=False)(item)
+    assert reserve.requests == 5 * 6 + 10 and reserve.output_tokens == (5 * 6 + 10) * 4096
