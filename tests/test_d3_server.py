@@ -86,7 +86,7 @@ def dry_run(*options: str) -> dict[str, Any]:
     pytest.param(["--param", "epsilon=0", "--rounds", "6"], 6 * 6 + 10, 6 * 6 + 10, 6 * 7 + 15, id="R = 6 rounds"),
     pytest.param(["--d3-mode", "more"], 2 * 3 + 2 + 2 + 5, 2 * 3 + 2 + 2 + 5, 2 * 3 + 2 + 1 + 2 + 10, id="more"),
     pytest.param(["--d3-mode", "more", "--advocates", "2", "--jurors", "3", "--d3-unreadable", "code"],
-                 2 * 2 + 2 + 2 + 3, 2 * 2 + 2 + 2 + 3, 2 * 2 + 2 + 2 + 3, id="more k=2 n=3, the code's unreadable rule"),
+                 2 * 2 + 2 + 2 + 3, 2 * 2 + 2 + 2 + 3, 2 * 2 + 2 + 2 + 3, id="more k=2 n=3, code's rule"),
 ])
 def test_the_dry_run_bounds(options: list[str], fewest: int, most: int, with_reasks: int) -> None:
     found = dry_run(*options)
