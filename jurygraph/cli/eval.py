@@ -16,6 +16,7 @@ from jurygraph.cli import costs
 from jurygraph.cli.options import add_model_arguments, check_gen_options, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
+    accepted_options,
     add_protocol_arguments,
     build_protocol,
     check_conversations,
@@ -182,9 +183,12 @@ def _shown(value: Any) -> str:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Every option of the invocation (run-defining and execution-only), credentials removed, for the manifest;
-    the protocol's own options under ``protocol_args`` as before."""
+    the protocol's own options under ``protocol_args`` as before: those it reads, not every protocol's flag (each
+    installed protocol adds its own)."""
     saved = {key: redact_values(value) for key, value in vars(args).items() if key not in NOT_SETTINGS}
-    saved["protocol_args"] = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
+    reads = accepted_options(protocol_spec(args.protocol))
+    own = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
+    saved["protocol_args"] = {dest: value for dest, value in own.items() if dest in reads}
     return _plain(saved)
 
 
