@@ -203,6 +203,10 @@ def test_the_match_is_restored_from_the_manifest_by_resume_review_and_report(
     assert manifest["parameters"]["trajectory_match"] == match
     rebuilt = build_protocol(manifest_args(manifest))
     assert rebuilt.params["trajectory_match"] == match and "trajectory_match" in rebuilt.graph.nodes
+    # the panel alone, what a plan is counted on and --models/--gen are checked against (the match decides the
+    # first item for no call: the panel's agents would not be heard), is not edited by the match or the routes
+    assert rebuilt.panel_graph is not None and set(rebuilt.panel_graph.nodes) == {"general_public", "critic",
+                                                                                  "aggregate"}
 
     # a row added, and --resume goes on with the run's options: Rome ("Roma") is a mismatch, its panel splits
     with data.open("a", encoding="utf-8") as file:

@@ -120,7 +120,8 @@ def check_gen_options(args: argparse.Namespace, setup: ProtocolSetup, context: J
     agents = None
     if (set(context.gen) - {ALL_AGENTS}) or named:
         first = next(iter(items), None)
-        graphs = [setup.graph]
+        # the panel as it judges one item: a trajectory match before it may decide the first item for no call
+        graphs = [setup.panel_graph or setup.graph]
         if setup.escalation_graph is not None:
             graphs.append(setup.escalation_graph)
         agents = graph_agents(graphs, first, context) if first is not None else None

@@ -42,6 +42,7 @@ from jurygraph.graphs.registry import (
 )
 from jurygraph.graphs.spec import Built, Option, ProtocolSpec
 from jurygraph.graphs.turns import TURN_AGGREGATES, per_turn, turns_to_judge
+from jurygraph.graphs.wiring import copied
 from jurygraph.judging.benchmarks import task_of
 from jurygraph.judging.doubt import SIGNALS, parse_conditions
 from jurygraph.judging.items import EvalItem, TaskKind
@@ -388,7 +389,8 @@ def _assembled(spec: ProtocolSpec, values: dict[str, Any], args: argparse.Namesp
     setup.params.setdefault("protocol", args.protocol)
     # one judgment of the item, what a plan is counted on: before --per-turn, the trajectory match and the routes
     setup = _calibrated(setup, built, spec, values, args, task)
-    setup.panel_graph = setup.graph
+    # the wrappers below edit the graph in place (the match, the routes): they edit a copy, the panel stays itself
+    setup = dataclasses.replace(setup, graph=copied(setup.graph), panel_graph=setup.graph)
     setup = turns_setup(setup, args)
     setup.graph = trajectory_setup(setup.graph, setup.params, args)  # before the panel; escalation after it
     return routed_setup(setup, spec, values, args, task)
