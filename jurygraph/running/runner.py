@@ -646,6 +646,10 @@ class _Run:
                                                exit_code=EXIT_BUDGET))
         manifest.aborted = str(self.aborted[0]) if self.aborted else None
         self._totals(summary)
+        # closed now, not when the connection is collected: closing checkpoints its write-ahead log into the file,
+        # which a reader of the run directory (review --list, show) would otherwise see change under it
+        with contextlib.suppress(sqlite3.Error):
+            self.ledger.close()
         try:
             write_manifest(out, manifest)
         except OSError as err:
