@@ -28,7 +28,6 @@ from jurygraph.evaluators.protocol import PanelProtocol, resolve_protocol
 from jurygraph.evaluators.records import EvaluatorRun
 from jurygraph.evaluators.results import panel_results
 from jurygraph.evaluators.session import PanelSession
-from jurygraph.evaluators.summary import summary_results
 from jurygraph.judging.aspects import get_aspect
 from jurygraph.judging.items import EvalItem, Scale, TaskKind
 from jurygraph.llm.limits import ProviderGates, ProviderLimit
@@ -95,6 +94,8 @@ class PanelEvaluator:
     def summary(self, inputs: list[Any], outputs: list[Any], reference_outputs: list[Any]) -> dict[str, Any]:
         """A LangSmith summary evaluator: the panel diagnostics over the experiment's rows (each row's record:
         from this evaluator's run, or judged now), against the reference labels (:mod:`.summary`)."""
+        from jurygraph.evaluators.summary import summary_results  # numpy and scipy: loaded when first needed
+
         records = [self._session.judge(self.item(i, o, r)) for i, o, r in zip(inputs, outputs, reference_outputs,
                                                                               strict=True)]
         return {"results": summary_results(records, key=self.feedback_key, protocol=self.protocol.name)}

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from jurygraph.judging.items import Scale, TaskKind, format_score
-from jurygraph.measuring.members import member_judgments
 
 PAIRWISE_SCORES = {"1": 1.0, "2": 0.0, "tie": 0.5}
 PAIRWISE_WORDS = {"1": "response 1", "2": "response 2", "tie": "tie"}
@@ -85,6 +84,9 @@ def comment(record: Mapping[str, Any], members: Mapping[str, Mapping[str, Any]],
 def panel_results(record: Mapping[str, Any], *, key: str, task: TaskKind, scale: Scale | None, normalize: bool,
                   protocol: str, run_dir: str | None = None) -> list[dict[str, Any]]:
     """The panel's result, then one per member (see the module's doc)."""
+    # imported here: the measuring layer loads numpy and scipy (~1 s), which an evaluator's import need not wait for
+    from jurygraph.measuring.members import member_judgments
+
     verdict = record.get("verdict") or {}
     members = member_judgments(record)
     score, value = scored(verdict, task, scale, normalize)

@@ -78,16 +78,14 @@ class FakeLangSmith(LocalServer):
             return [run for run in self.runs.values() if tag in (run.get("tags") or [])]
 
     def feedback_of(self, key: str | None = None, *, session: str | None = None) -> list[dict[str, Any]]:
-        """The feedback received (with ``key``; on the runs of the project named ``session``, or on the project
-        itself for a summary evaluator's), oldest first."""
+        """The feedback received (with ``key``; on the project named ``session``: its runs' or, a summary
+        evaluator's, its own), oldest first."""
         with self._lock:
             found = [f for f in self.feedback if key is None or f.get("key") == key]
             if session is None:
                 return found
             ids = {sid for sid, project in self.sessions.items() if project["name"] == session}
-            runs = {rid for rid, run in self.runs.items() if self._session_of(run) in ids}
-            return [f for f in found if f.get("session_id") in ids and (f.get("run_id") in runs or
-                                                                         f.get("run_id") is None)]
+            return [f for f in found if f.get("session_id") in ids]
 
     def session_named(self, name: str) -> dict[str, Any]:
         with self._lock:
