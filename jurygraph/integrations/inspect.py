@@ -5,7 +5,8 @@
     Task(dataset=..., solver=generate(), scorer=panel_scorer("chateval", task="score", aspect="helpfulness",
                                                              scale=(1, 5), default="openai:gpt-4o-mini"))
 
-Each sample's ``input`` is what the panel reads as the question, the model's output the response judged. The
+Each sample's ``input`` is what the panel reads as the question (pairwise) or source (score), with the ``question``,
+``source``, ``context`` and ``reference`` of the sample's metadata; the model's output is the response judged. The
 ``target``, on a score task, is the human label (``target="label"``, the default: a number) or a reference answer
 the judges may read (``target="reference"``); on a pairwise task it is the second response: the model's output is
 compared with the target answer (1.0: the output wins). The ``Score``'s ``value`` is the panel's score, its
@@ -22,6 +23,7 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
 
 from jurygraph.evaluators import PanelEvaluator, create_panel_evaluator
+from jurygraph.evaluators.items import TEXT_FIELDS
 from jurygraph.judging.items import TaskKind
 
 
@@ -49,12 +51,15 @@ def panel_scorer(protocol: str | Any | PanelEvaluator, *, target: Literal["label
 def _evaluation(task: TaskKind, state: TaskState, target_text: str,
                 target: str) -> tuple[dict[str, Any], Any, Any]:
     """(inputs, outputs, reference_outputs) of a sample, as the evaluator reads them."""
-    question = state.input_text
+    # the sample's own texts for the judges (a Topical-Chat fact as "context"...) from its metadata
+    texts = {key: value for key, value in (state.metadata or {}).items() if key in TEXT_FIELDS and value}
     if task is TaskKind.PAIRWISE:
-        return {"question": question}, {"response_1": state.output.completion, "response_2": target_text}, None
+        return {"question": state.input_text, **texts}, \
+            {"response_1": state.output.completion, "response_2": target_text}, None
+    inputs = {"source": state.input_text, **texts}
     if target == "reference":
-        return {"source": question, "reference": target_text or None}, state.output.completion, None
-    return {"source": question}, state.output.completion, target_text or None
+        return {**inputs, "reference": target_text or None}, state.output.completion, None
+    return inputs, state.output.completion, target_text or None
 
 
 def as_score(results: list[dict[str, Any]]) -> Score:
