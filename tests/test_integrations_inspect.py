@@ -16,6 +16,7 @@ from inspect_ai.scorer import Scorer
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from jurygraph.integrations.inspect import panel_scorer
+from jurygraph.judging.items import format_score
 from jurygraph.testing import FakeJudge
 from jurygraph.testing.fake_server import FakeOpenAIServer
 from tests.test_evaluators import ASPECT, eval_verdicts, item_texts, score_reply, topical_items
@@ -55,7 +56,7 @@ def test_inspect_scores_samples_with_the_panel_and_the_verdicts_of_jurygraph_eva
         assert sample.scores is not None
         score = sample.scores["chateval"]
         raw = cli[item_texts(item)]["score"]
-        assert score.answer == f"{raw}" and score.value == (raw - 1) / 2  # on 1-3, normalised
+        assert score.answer == format_score(raw) and score.value == (raw - 1) / 2  # on 1-3, normalised
         assert score.explanation is not None and score.explanation.startswith("General Public: ")
         assert score.metadata is not None and set(score.metadata["members"]) == {"General Public", "Critic"}
         assert "spread" in score.metadata["doubt"] and score.metadata["run_dir"] == str(tmp_path / "run")

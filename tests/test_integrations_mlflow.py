@@ -18,23 +18,26 @@ from tests.test_evaluators import ASPECT, as_evaluation, eval_verdicts, item_tex
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One SQLite tracking store for the module (creating its tables takes seconds), MLflow's telemetry off; the
     process's tracking URI restored after."""
+    folder = tmp_path_factory.mktemp("mlflow")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
         env.setenv("DO_NOT_TRACK", "true")
         before = mlflow.get_tracking_uri()
-        uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-        mlflow.set_tracking_uri(uri)
-        yield uri
+        mlflow.set_tracking_uri(f"sqlite:///{folder / 'mlflow.db'}")
+        yield folder
         mlflow.set_tracking_uri(before)
 
 
 @pytest.fixture
-def tracking(store: str, request: pytest.FixtureRequest) -> str:
-    """Each test its own experiment in the module's store."""
-    mlflow.set_experiment(request.node.name)
+def tracking(store: Path, request: pytest.FixtureRequest) -> Path:
+    """Each test its own experiment in the module's store, its traces' artifacts beside it (MLflow's default is
+    ./mlruns, in the directory pytest runs from)."""
+    name = request.node.name
+    mlflow.create_experiment(name, artifact_location=(store / name).as_uri())
+    mlflow.set_experiment(name)
     return store
 
 
@@ -53,7 +56,7 @@ def assessments(run_id: str) -> list[dict[str, Any]]:
 
 
 def test_mlflow_logs_the_panel_and_its_members_with_the_verdicts_of_jurygraph_eval(
-        tracking: str, openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path) -> None:
+        tracking: Path, openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path) -> None:
     server = openai_server(score_reply)
     items = topical_items()
     cli = eval_verdicts(["--protocol", "chateval", "--dataset", "topical-chat", "--aspect", ASPECT, "--limit",
@@ -78,7 +81,7 @@ def test_mlflow_logs_the_panel_and_its_members_with_the_verdicts_of_jurygraph_ev
     assert result.metrics["naturalness/mean"] == pytest.approx(sum(a["value"] for a in panel) / len(panel))
 
 
-def test_a_missing_verdict_is_an_mlflow_error_not_a_score(tracking: str) -> None:
+def test_a_missing_verdict_is_an_mlflow_error_not_a_score(tracking: Path) -> None:
     judge = panel_scorer("single", task="score", scale=(1, 5),
                          default=FakeJudge(respond=lambda p, m: "Fine." if "good" in m[0].text else
                                            "Evaluation evidence: ok.\nThe score of the response: 5"))

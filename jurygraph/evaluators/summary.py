@@ -76,10 +76,13 @@ def _effective(key: str, panel: Mapping[str, Any]) -> dict[str, Any]:
     if effective is None:
         return {"key": key, "score": None, "comment": f"too few items with every member's judgment and a reference "
                                                       f"label ({errors.get('items', 0)}) to correlate errors"}
+    counted = errors.get("counted") or []
+    constant = "" if len(counted) == members else \
+        f" ({members - len(counted)} left out: their errors do not vary on these items)"
     return {"key": key, "score": effective,
-            "comment": f"{members} members judge like {effective:.2f} independent judges"
-                       f"{_interval(panel.get('effective_judges_ci'))} ({errors.get('error')}; "
-                       f"{errors.get('items')} items)"}
+            "comment": f"{len(counted)} of {members} members judge like {effective:.2f} independent judges"
+                       f"{_interval(panel.get('effective_judges_ci'))}{constant}; errors: {errors.get('error')}, "
+                       f"on {errors.get('items')} items"}
 
 
 def _number(value: Any) -> float | None:

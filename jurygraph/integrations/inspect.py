@@ -24,7 +24,7 @@ from inspect_ai.solver import TaskState
 
 from jurygraph.evaluators import PanelEvaluator, create_panel_evaluator
 from jurygraph.evaluators.items import TEXT_FIELDS
-from jurygraph.judging.items import TaskKind
+from jurygraph.judging.items import TaskKind, format_score
 
 
 def panel_scorer(protocol: str | Any | PanelEvaluator, *, target: Literal["label", "reference"] = "label",
@@ -72,5 +72,5 @@ def as_score(results: list[dict[str, Any]]) -> Score:
     verdict = meta.get("verdict")
     if panel["score"] is None:
         return Score.unscored(reason="grader_failed", explanation=panel["comment"], metadata=metadata)
-    return Score(value=panel["score"], answer=None if verdict is None else str(verdict), explanation=panel["comment"],
-                 metadata=metadata)
+    answer = format_score(verdict) if isinstance(verdict, float) else None if verdict is None else str(verdict)
+    return Score(value=panel["score"], answer=answer, explanation=panel["comment"], metadata=metadata)
