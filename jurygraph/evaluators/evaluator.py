@@ -96,8 +96,8 @@ class PanelEvaluator:
         from this evaluator's run, or judged now), against the reference labels (:mod:`.summary`)."""
         from jurygraph.evaluators.summary import summary_results  # numpy and scipy: loaded when first needed
 
-        records = [self._session.judge(self.item(i, o, r)) for i, o, r in zip(inputs, outputs, reference_outputs,
-                                                                              strict=True)]
+        records = self._session.judge_all([self.item(i, o, r) for i, o, r in zip(inputs, outputs, reference_outputs,
+                                                                                 strict=True)])
         return {"results": summary_results(records, key=self.feedback_key, protocol=self.protocol.name)}
 
     # --- the steps, for adapters --------------------------------------------------------------------------

@@ -62,6 +62,13 @@ class PanelSession:
             raise RuntimeError("a panel evaluator was called synchronously from its own loop; await it instead")
         return self._submit(self._judge(item)).result()
 
+    def judge_all(self, items: list[EvalItem]) -> list[dict[str, Any]]:
+        """Each item's record, judged concurrently (a summary evaluator's rows); blocks the calling thread."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a panel evaluator was called synchronously from its own loop; await it instead")
+        futures = [self._submit(self._judge(item)) for item in items]
+        return [future.result() for future in futures]
+
     async def ajudge(self, item: EvalItem) -> dict[str, Any]:
         """The item's record, judged on the panel's loop, awaited from the caller's."""
         return await asyncio.wrap_future(self._submit(self._judge(item)))
