@@ -297,3 +297,23 @@ def test_the_evaluator_gives_the_verdicts_of_jurygraph_eval(openai_server: Calla
         verdict, *_ = panel(**as_evaluation(item))
         assert verdict["score"] == cli[item_texts(item)]["score"]
     assert len({json.dumps(v) for v in cli.values()}) > 1  # the items differ: a real comparison
+
+
+def test_the_summary_evaluator_measures_the_panel_against_the_reference_labels() -> None:
+    def reads_the_number(prompt: str) -> str:  # the public gives the worth the response claims
+        return f"Evaluation evidence: fine.\nThe score of the response: {prompt.split('answer worth ')[1][0]}"
+
+    panel = create_panel_evaluator("chateval", task="score", aspect="helpfulness", scale=(1, 5),
+                                   models=fake_panel(reads_the_number, score(3)), resamples=100)
+    outputs = [f"answer worth {k}" for k in (1, 2, 3, 4, 5, 2)]
+    labels = [{"helpfulness": k} for k in (1, 2, 3, 4, 5, 1)]
+    found = {r["key"]: r for r in panel.summary([{"question": "q"}] * 6, outputs, labels)["results"]}
+    assert set(found) == {"chateval/agreement", "chateval/General Public/agreement", "chateval/Critic/agreement",
+                          "chateval/panel_minus_best", "chateval/effective_judges"}
+    assert found["chateval/agreement"]["comment"].startswith("the panel: spearman ")
+    assert found["chateval/General Public/agreement"]["score"] > 0.8
+    critic = found["chateval/Critic/agreement"]
+    assert critic["score"] is None and "do not vary" in critic["comment"]  # a constant judge has no correlation
+    unlabelled = panel.summary([{"question": "q"}] * 6, outputs, [None] * 6)["results"]
+    assert all(r["score"] is None for r in unlabelled)
+    assert "no reference labels" in unlabelled[0]["comment"]

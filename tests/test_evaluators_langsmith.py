@@ -53,7 +53,7 @@ def referees(server: FakeOpenAIServer) -> dict[str, str]:
 
 def pairwise_panel(server: FakeOpenAIServer, run_dir: Path | None = None) -> PanelEvaluator:
     return create_panel_evaluator("chateval", task="pairwise", dataset="faireval", models=referees(server),
-                                  run_dir=run_dir)
+                                  run_dir=run_dir, resamples=200)
 
 
 def faireval_dataset(client: Client, name: str = "faireval-4") -> dict[str, tuple[str, str]]:

@@ -41,9 +41,10 @@ class PanelEvaluator:
     """A protocol's panel as an evaluator (see the module's doc). Made by :func:`create_panel_evaluator`."""
 
     def __init__(self, protocol: PanelProtocol, session: PanelSession, *, task: TaskKind, aspect: str | None,
-                 scale: Scale | None, dataset: str | None, feedback_key: str, normalize: bool) -> None:
+                 scale: Scale | None, dataset: str | None, feedback_key: str, normalize: bool,
+                 resamples: int = 1000) -> None:
         self.protocol, self.task, self.aspect, self.scale = protocol, task, aspect, scale
-        self.dataset, self.feedback_key, self.normalize = dataset, feedback_key, normalize
+        self.dataset, self.feedback_key, self.normalize, self.resamples = dataset, feedback_key, normalize, resamples
         self._session = session
         self.__name__ = feedback_key  # what LangSmith names the evaluator's run after
         # the run directory is released (its manifest ended) when the evaluator is closed, collected or at exit
@@ -98,7 +99,8 @@ class PanelEvaluator:
 
         records = self._session.judge_all([self.item(i, o, r) for i, o, r in zip(inputs, outputs, reference_outputs,
                                                                                  strict=True)])
-        return {"results": summary_results(records, key=self.feedback_key, protocol=self.protocol.name)}
+        return {"results": summary_results(records, key=self.feedback_key, protocol=self.protocol.name,
+                                           resamples=self.resamples)}
 
     # --- the steps, for adapters --------------------------------------------------------------------------
 
@@ -152,6 +154,7 @@ def create_panel_evaluator(
     context: JuryContext | None = None,
     limits: Mapping[str, ProviderLimit] | None = None,
     keep_checkpoints: KeepCheckpoints = "final",
+    resamples: int = 1000,
     **protocol_options: Any,
 ) -> PanelEvaluator:
     """Any protocol as an evaluator for LangSmith, pytest, MLflow and inspect_ai.
@@ -167,7 +170,8 @@ def create_panel_evaluator(
     protocol's name); ``normalize``: a score item's score in 0-1 (default) or on the scale. ``dataset``: a built-in
     benchmark whose templates and aspects the items use (``"summeval"``, ``"topical-chat"``). ``run_dir``: every
     evaluation is an item of this run directory (checkpoints, call cache, spend; ``jurygraph show``/``report``/
-    ``metaeval`` read it), and a repeated evaluation is answered from it.
+    ``metaeval`` read it), and a repeated evaluation is answered from it. ``resamples``: the bootstrap resamples of
+    the summary evaluator's confidence intervals.
     """
     kind = TaskKind(task)
     if kind not in (TaskKind.SCORE, TaskKind.PAIRWISE):
@@ -188,7 +192,7 @@ def create_panel_evaluator(
         run = EvaluatorRun(run_dir, manifest)
     session = PanelSession(resolved, jury, run, keep_checkpoints)
     return PanelEvaluator(resolved, session, task=kind, aspect=aspect, scale=scale_, dataset=dataset,
-                          feedback_key=key, normalize=normalize)
+                          feedback_key=key, normalize=normalize, resamples=resamples)
 
 
 def _scale(task: TaskKind, scale: tuple[float, float] | Scale | None, dataset: str | None,

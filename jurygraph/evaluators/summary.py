@@ -52,7 +52,9 @@ def summary_results(records: Sequence[Mapping[str, Any]], *, key: str, protocol:
 def _agreement(key: str, who: str, agreement: Mapping[str, Any], stat: str) -> dict[str, Any]:
     value, n = _number(agreement.get(stat)), agreement.get("n") or 0
     if value is None:
-        return {"key": key, "score": None, "comment": f"{who}: no reference labels to agree with ({n} items)"}
+        why = f"{stat} undefined on {n} items: its verdicts or the labels do not vary" if n else \
+            "no reference labels to agree with"
+        return {"key": key, "score": None, "comment": f"{who}: {why}"}
     ci = (agreement.get("ci") or {}).get(stat)
     return {"key": key, "score": value,
             "comment": f"{who}: {stat} {value:.3f}{_interval(ci)} with the reference labels on {n} items"
