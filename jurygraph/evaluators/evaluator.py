@@ -102,21 +102,15 @@ class PanelEvaluator:
         return {"results": summary_results(records, key=self.feedback_key, protocol=self.protocol.name,
                                            resamples=self.resamples)}
 
-    # --- the steps, for adapters --------------------------------------------------------------------------
+    # --- the steps ---------------------------------------------------------------------------------------
 
     def item(self, inputs: Any, outputs: Any, reference_outputs: Any) -> EvalItem:
         """The jurygraph item of one evaluation (EvaluationInputError naming the argument at fault)."""
         return harness_item(self.task, inputs, outputs, reference_outputs, aspect=self.aspect, scale=self.scale,
                             dataset=self.dataset)
 
-    def record(self, item: EvalItem) -> dict[str, Any]:
-        """The item's record (its results line), judged or answered from the run."""
-        return self._session.judge(item)
-
-    async def arecord(self, item: EvalItem) -> dict[str, Any]:
-        return await self._session.ajudge(item)
-
     def results(self, record: Mapping[str, Any]) -> Results:
+        """An item's record (its results line) as the panel's result and one per member."""
         run_dir = str(self.run_dir) if self.run_dir is not None else None
         results = panel_results(record, key=self.feedback_key, task=self.task, scale=self.scale,
                                 normalize=self.normalize, protocol=self.protocol.name, run_dir=run_dir)
