@@ -249,6 +249,23 @@ def test_a_rerun_is_answered_from_the_run_and_another_run_is_refused(
         create_panel_evaluator("chateval", turns=3, **options)(**evaluations[0])
 
 
+def test_what_a_killed_evaluator_paid_is_answered_from_the_call_cache(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path) -> None:
+    server = openai_server(score_reply)
+    options: dict[str, Any] = {"task": "score", "aspect": ASPECT, "dataset": "topical-chat",
+                               "default": f"openai:judge@{server.base_url}", "run_dir": tmp_path / "run"}
+    evaluations = [as_evaluation(item) for item in topical_items(2)]
+    with create_panel_evaluator("chateval", **options) as first:
+        before = [first(**e)[0]["score"] for e in evaluations]
+    sent = len(server.requests)
+    # as if the process had died before writing its records and checkpoints: only the call cache is left
+    (tmp_path / "run" / "results.jsonl").unlink()
+    (tmp_path / "run" / "checkpoints.sqlite").unlink()
+    with create_panel_evaluator("chateval", **options) as again:
+        assert [again(**e)[0]["score"] for e in evaluations] == before
+    assert len(server.requests) == sent
+
+
 def test_one_writer_per_run_directory(tmp_path: Path) -> None:
     judge = FakeJudge(respond=lambda p, m: "Evaluation evidence: ok.\nThe score of the response: 2")
     first = create_panel_evaluator("single", task="score", scale=(1, 3), default=judge, run_dir=tmp_path)
