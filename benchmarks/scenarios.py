@@ -37,7 +37,8 @@ from jurygraph import (
     load_dataset,
     read_results,
 )
-from jurygraph.running.rundir import MANIFEST, RESULTS
+from jurygraph.running.batch import open_batches
+from jurygraph.running.rundir import MANIFEST, RESULTS, read_batch_events
 
 DATASET, ASPECT = "summeval", "coherence"  # 1600 items; every protocol has a template for it
 
@@ -585,6 +586,184 @@ def crash(settings: Settings) -> Result:
     return result
 
 
+# --- crash-money: the books balance after any kill (issue 28) -----------------------------------------------------
+
+
+CRASH_MONEY_KILLS = 10
+CRASH_MONEY_MODES = ("online", "batch", "ray")
+
+
+def _money_run(mode: str, url: str, out: Path, dataset: Path, prices: Path, budget: float,
+               concurrency: int) -> list[str]:
+    command = [sys.executable, "-m", "jurygraph.cli", "eval", "--protocol", "chateval", "--no-calibrate",
+               "--dataset", str(dataset), "--task", "score", "--aspect", ASPECT, "--model", f"openai:bench@{url}",
+               "--concurrency", str(concurrency), "--out", str(out), "--quiet", "--prices", str(prices),
+               "--max-cost", f"{budget:.6f}", "--gen", "*.max_tokens=60"]
+    if mode == "batch":
+        command += ["--batch", "--batch-poll", "0.05"]
+    elif mode == "ray":
+        command += ["--ray", "local", "--workers", "2"]
+    return command
+
+
+def _descendants(pid: int) -> list[Any]:
+    """A process's descendants (psutil processes: killing one checks it is still the process it was)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return list(psutil.Process(pid).children(recursive=True))
+    return []
+
+
+def _end(processes: Sequence[Any]) -> None:
+    """Kill these processes (a killed driver's Ray helpers) once they have had a moment to go by themselves."""
+    import psutil
+
+    time.sleep(1.0)
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+def _ledger_requests(out: Path) -> int:
+    """The requests a run's ledger holds (read directly: what survived the kill)."""
+    import sqlite3
+
+    path = out / "ledger.sqlite"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT COALESCE(SUM(requests), 0) FROM payments").fetchone()[0])
+
+
+def crash_money(settings: Settings) -> Result:
+    """Issue 28: ``kill -9`` of ``jurygraph eval`` at 10 random points, across online, ``--batch`` and ``--ray``
+    runs with a ``--max-cost`` budget that stops each before its last item; then ``--resume`` (the same budget).
+    After each resume the run's ledger (``spend.json``) must equal what the server billed: every answered call and
+    batch line, their tokens and USD, but for the calls in flight at the kill (answered to a dead process, sent
+    again by the resume and counted then: at most one per item in flight online, none in batch mode, whose batch
+    is collected, not sent again). And the spend must stay within the budget."""
+    import random
+
+    rng = random.Random(28)
+    latency = settings.short_latency
+    items = bench_items(min(settings.items, 40))
+    dataset = write_items(items, settings.work / "crash-money-items.jsonl")
+    prices = settings.work / "crash-money-prices.json"
+    prices.write_text(json.dumps({"bench": {"input": 1.0, "output": 4.0}}), encoding="utf-8")
+    concurrency = max(2, min(settings.concurrency, 8))
+    try:
+        import ray as _  # noqa: F401
+        modes = CRASH_MONEY_MODES
+    except ImportError:
+        modes = ("online", "batch")
+    trials: list[dict[str, Any]] = []
+    bound: dict[str, Any] | None = None
+    started = time.perf_counter()
+    for number in range(CRASH_MONEY_KILLS):
+        mode = modes[number % len(modes)]
+        share = rng.uniform(0.1, 0.8)
+        for attempt in range(3):  # a run that could not start (a local Ray cluster beside other sessions') again
+            out = settings.work / (f"crash-money-{number}" + (f"-{attempt}" if attempt else ""))
+            options = ServerOptions(replies="chateval", latency=latency, jitter=latency / 2, seed=number)
+            with ServerProcess(options) as server:
+                if bound is None:  # the dry run's bound for the whole run (replies at their 60-token budget)
+                    command = _money_run("online", server.base_url, out, dataset, prices, 1.0, concurrency)
+                    dry = subprocess.run([*command[:-4], "--gen", "*.max_tokens=60", "--dry-run", "--json"],
+                                         capture_output=True, text=True, check=True)
+                    bound = json.loads(dry.stdout)
+                # a budget of ~70 % of the bound stops each run before its last items; the kill lands at a random
+                # share of the calls that budget allows
+                budget = round(0.7 * float(bound["cost_usd_batch" if mode == "batch" else "cost_usd"]), 6)
+                errors = settings.work / f"crash-money-{number}.stderr"
+                with errors.open("w") as stderr:
+                    child = subprocess.Popen(_money_run(mode, server.base_url, out, dataset, prices, budget,
+                                                        concurrency), stdout=subprocess.DEVNULL, stderr=stderr)
+                    kill_at = max(1, int(bound["requests"] * 0.7 * share))
+                    deadline = time.monotonic() + 300
+                    while server.stats()["billed"]["requests"] < kill_at and child.poll() is None \
+                            and time.monotonic() < deadline:
+                        time.sleep(0.005)
+                    finished_first = child.poll() is not None
+                    helpers = [] if finished_first else _descendants(child.pid)
+                    if not finished_first:
+                        os.kill(child.pid, signal.SIGKILL)
+                    # at the kill (a Ray driver's workers notice its death a moment later: what they pay meanwhile
+                    # is on record too, and counted by the resume)
+                    at_kill = server.stats()
+                    spend_at_kill = json.loads((out / "spend.json").read_text()) \
+                        if (out / "spend.json").exists() else {}
+                    ledger_at_kill = _ledger_requests(out)
+                    # a --ray local driver's cluster goes with it, but for two helper processes Ray leaves running:
+                    # they are this scenario's to end, by their ids
+                    _end(helpers)
+                    child.wait()
+                if finished_first and not (out / MANIFEST).exists():
+                    continue  # it never started: no run to resume
+                # a batch the provider finished but the killed run had not collected is in flight (the resume
+                # collects it; nothing is sent again)
+                waiting = sum(e["requests"] for e in open_batches(read_batch_events(out)))
+                time.sleep(latency * 2 + 0.3)  # calls in flight at the kill are answered (to nobody) by now
+                resumed = subprocess.run([sys.executable, "-m", "jurygraph.cli", "eval", "--resume", str(out),
+                                          "--quiet"], capture_output=True, text=True, timeout=600)
+                final = server.stats()
+            break
+        else:
+            trials.append({"kill": number + 1, "mode": mode, "ok": False,
+                           "start_error": errors.read_text()[-400:]})
+            continue
+        spend = json.loads((out / "spend.json").read_text()) if (out / "spend.json").exists() else {}
+        manifest = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).exists() else {}
+        billed = final["billed"]
+        lost = billed["requests"] - spend.get("requests", 0)
+        in_flight = 0 if mode == "batch" else concurrency * (2 if mode == "ray" else 1)
+        at_kill_bound = waiting if mode == "batch" else in_flight
+        cost = (billed["input_tokens"] * 1.0 + billed["output_tokens"] * 4.0) / 1e6 * (0.5 if mode == "batch"
+                                                                                       else 1.0)
+        lines = result_lines(out) if (out / RESULTS).exists() else []
+        trial = {
+            "kill": number + 1, "mode": mode, "killed_at_billed": at_kill["billed"]["requests"],
+            "ledger_at_kill": ledger_at_kill, "spend_json_at_kill": spend_at_kill.get("requests"),
+            "finished_before_kill": finished_first,
+            "resume_exit": resumed.returncode, "items_done": len(lines), "items": len(items),
+            "billed_requests": billed["requests"], "ledger_requests": spend.get("requests"),
+            "answered_at_kill_not_recorded": lost, "in_flight_bound": in_flight,
+            "batch_lines_uncollected_at_kill": waiting if mode == "batch" else None, "attempts": attempt + 1,
+            "billed_usd": round(cost, 6), "ledger_usd": spend.get("cost_usd"), "budget_usd": budget,
+            "batches": final["batches"],
+            "ok": (resumed.returncode in (0, 3) and 0 <= lost <= in_flight
+                   and at_kill["billed"]["requests"] - ledger_at_kill <= at_kill_bound
+                   and 0 <= billed["input_tokens"] + billed["output_tokens"] - spend.get("input_tokens", 0)
+                   - spend.get("output_tokens", 0) <= lost * billed["most_tokens"]
+                   and (lost > 0 or abs((spend.get("cost_usd") or 0.0) - cost) < 1e-6)
+                   and (spend.get("cost_usd") or 0.0) <= budget + 1e-9
+                   and manifest.get("spend") == spend
+                   and len({r["id"] for r in lines}) == len(lines)),
+        }
+        if not trial["ok"] and resumed.returncode not in (0, 3):
+            trial["resume_error"] = resumed.stderr[-400:]
+        trials.append(trial)
+    seconds = time.perf_counter() - started
+    result = Result("crash-money", len(items), concurrency, latency, seconds,
+                    sum(t.get("billed_requests", 0) for t in trials))
+    for trial in trials:
+        result.checks[f"kill {trial['kill']} ({trial['mode']}): ledger = billed (+- in flight), within budget"] = \
+            trial["ok"]
+    result.checks["every mode was killed"] = {t["mode"] for t in trials} == set(modes)
+    result.figures["trials"] = trials
+    # at the kill: what the server had billed less what the ledger held (the calls in flight), and less what
+    # spend.json said (it follows the ledger: a thread writes it; a Ray driver reads the workers' rows each loop)
+    ran = [t for t in trials if "killed_at_billed" in t]
+    result.figures["ledger_lag_at_kill"] = {mode: max((t["killed_at_billed"] - t["ledger_at_kill"] for t in ran
+                                                       if t["mode"] == mode), default=None) for mode in modes}
+    result.figures["spend_json_lag_at_kill"] = {
+        mode: max((t["killed_at_billed"] - (t["spend_json_at_kill"] or 0) for t in ran if t["mode"] == mode),
+                  default=None) for mode in modes}
+    result.target = "after each resume: the ledger = the server's billed calls, but for those in flight at the kill"
+    result.target_met = result.ok
+    return result
+
+
 # --- 8: scale: does an item cost the same at 200, 2,000 and 20,000 items? ------------------------------
 
 
@@ -777,5 +956,5 @@ def ray(settings: Settings) -> Result:
 
 SCENARIOS: dict[str, Callable[[Settings], Result]] = {
     "chateval": chateval, "debate": debate, "refer": refer, "rerun": rerun, "framework": framework,
-    "faults": faults, "crash": crash, "scale": scale, "ray": ray,
+    "faults": faults, "crash": crash, "scale": scale, "ray": ray, "crash-money": crash_money,
 }

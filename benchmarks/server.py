@@ -143,8 +143,14 @@ class BenchServer(FakeOpenAIServer):
             requests = list(self.requests)
             outcomes = Counter(self.outcomes)
             answered = len(self.log)
+            billed = list(self.billed)
         return {
             "requests": len(requests), "answered": answered, "outcomes": dict(outcomes),
+            # what the server billed (online answers and batch lines): what a run's spend ledger must add up to
+            "billed": {"requests": len(billed), "input_tokens": sum(b["input_tokens"] for b in billed),
+                       "output_tokens": sum(b["output_tokens"] for b in billed),
+                       "most_tokens": max((b["input_tokens"] + b["output_tokens"] for b in billed), default=0)},
+            "batches": len(self.batches.created),
             "by_model": dict(Counter(str(r.get("model")) for r in requests)),
             "by_n": {str(k): v for k, v in Counter(int(r.get("n") or 1) for r in requests).items()},
             "cpu_seconds": time.process_time(),
@@ -163,8 +169,8 @@ class BenchServer(FakeOpenAIServer):
                     since = int(parse_qs(url.query).get("since", ["0"])[0])
                     with server._lock:
                         body = {"entries": server.log[since:]}
-                else:
-                    self._send(404, b'{"error": {"message": "not found"}}')
+                else:  # the Files and Batches endpoints of a --batch run
+                    base.do_GET(self)
                     return
                 self._send(200, json.dumps(body).encode())
 

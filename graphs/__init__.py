@@ -1,23 +1,25 @@
-"""Protocol graph factories; each returns an uncompiled ``StateGraph``."""
+"""Protocol graph factories; each returns an uncompiled ``StateGraph``. Each protocol's module also declares its
+``SPEC`` (:mod:`jurygraph.graphs.spec`), which the registry (:mod:`jurygraph.graphs.registry`) finds."""
 
 from jurygraph.graphs.calibration import CalibrationState, calibrate
 from jurygraph.graphs.chateval import (
     STRATEGIES,
     ChatEvalState,
     create_chateval,
+    create_chateval_devil,
     panel_agrees,
     stop_on_consensus,
     strategy_plan,
     wire_turns,
 )
 from jurygraph.graphs.debate import DebateState, create_debate
-from jurygraph.graphs.devil import add_devil, create_chateval_devil
+from jurygraph.graphs.devil import add_devil
 from jurygraph.graphs.ensemble import create_ensemble
 from jurygraph.graphs.escalation import route_doubtful
 from jurygraph.graphs.faireval import create_faireval
 from jurygraph.graphs.geval import create_analyze_rate, create_geval
-from jurygraph.graphs.peer_discussion import create_refer_discussion
-from jurygraph.graphs.refer import ReferState, create_refer, create_refer_peer
+from jurygraph.graphs.peer_discussion import add_peer_discussion
+from jurygraph.graphs.refer import ReferState, create_refer, create_refer_discussion, create_refer_peer
 from jurygraph.graphs.single import create_single_agent
 from jurygraph.graphs.wiring import (
     branch_when,
@@ -37,6 +39,7 @@ __all__ = [
     "DebateState",
     "ReferState",
     "add_devil",
+    "add_peer_discussion",
     "branch_when",
     "calibrate",
     "chain",

@@ -7,6 +7,9 @@ superstep (fan-out from START), then a ``calibrate`` node combines them.
 - BPC, Balanced Position Calibration: one run on the item, one on ``item.swapped()`` (the two answers in
   the other order). The swapped run's verdict is mapped back (Assistant 1 <-> 2, scores swapped back),
   and each answer's final score is the mean of its scores in the two orders; the label follows the means.
+  When the wrapped protocol aggregates by majority (ChatEval's ``aggregate="majority"``, the Ensemble's
+  ``method="majority"``: every run's verdict is a vote), the votes of every judge in both orders are pooled
+  instead and the most frequent label wins (equal top counts: a tie), so the vote the run records takes effect.
 - MEC, Multiple Evidence Calibration: k runs (default 3) at temperature 1, each an independent sample of
   the whole protocol, scores averaged. FairEval's MEC prompt asks the judge to "first provide a
   comprehensive explanation of your evaluation, avoiding any potential bias and ensuring that the order in
@@ -31,17 +34,20 @@ back to the original order, and its transcript; ``usage`` is summed per agent ov
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
+from statistics import fmean
 from typing import Annotated, Any, Literal
 
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from jurygraph.graphs.spec import Option
 from jurygraph.graphs.wiring import GraphLike, compile_inner
-from jurygraph.judging.aggregation import aggregate
+from jurygraph.judging.aggregation import aggregate, majority_label
 from jurygraph.judging.items import TaskKind, as_item
-from jurygraph.judging.judgments import Judgment, map_back, pairwise_label
+from jurygraph.judging.judgments import Judgment, PairwiseLabel, Verdict, map_back, pairwise_label
 from jurygraph.judging.state import JuryState, merge_dicts
 from jurygraph.llm.calls import current_context
 from jurygraph.llm.models import JuryContext
@@ -118,39 +124,94 @@ def _run_node(protocol: CompiledStateGraph[Any, Any, Any, Any], run: Run, temper
 
 
 def _combine_node(runs: list[Run], mode: str) -> RunnableLambda:
-    """The calibrated verdict: every run's scores in the original order, averaged per answer."""
+    """The calibrated verdict: every run's scores in the original order, averaged per answer; or, when every
+    run's verdict is a vote (the protocol aggregates by majority), every run's votes pooled."""
 
     def combine(state: dict[str, Any]) -> dict[str, Any]:
         stored = state.get("runs") or {}
-        judgments: list[Judgment] = []
-        n_judges = n_missing = 0
-        for run in runs:
-            entry = stored.get(run.name) or {}
-            verdict = entry.get("verdict_in_original_order") or {}
-            n_judges += int(verdict.get("n_judgments", 0))
-            n_missing += int(verdict.get("n_missing", 0))
-            s1, s2 = verdict.get("score_1"), verdict.get("score_2")
-            if verdict.get("missing") or s1 is None or s2 is None:
-                reason = "the run gave no verdict" if not verdict or verdict.get("missing") else \
-                    "the run's verdict has no scores to combine"
-                judgments.append(Judgment.missing_for(run.name, TaskKind.PAIRWISE, "", reason, 0))
-                continue
-            judgments.append(Judgment(agent=run.name, kind=TaskKind.PAIRWISE, score_1=s1, score_2=s2,
-                                      label=pairwise_label(s1, s2)))
-        combined = aggregate(judgments, TaskKind.PAIRWISE, "mean")
-        per_run = {j.agent: {"missing": True, "reason": j.reason} if j.missing
-                   else {"score_1": j.score_1, "score_2": j.score_2, "label": j.label} for j in judgments}
+        mapped = {run.name: (stored.get(run.name) or {}).get("verdict_in_original_order") or {} for run in runs}
+        readable = [v for v in mapped.values() if v and not v.get("missing")]
+        voted = bool(readable) and all(v.get("votes") is not None for v in readable)
+        tied = [name for name, v in mapped.items() if (v.get("detail") or {}).get("unreadable_tie")]
+        verdict = _unreadable_tie(runs, mapped, tied) if tied else \
+            _pooled_votes(runs, mapped) if voted else _mean_scores(runs, mapped)
+        per_run: dict[str, dict[str, Any]] = verdict.detail["runs"]
         for run in runs:  # early stop and the devil's advocate: each order's rounds (issue 14)
             own = ((stored.get(run.name) or {}).get("verdict") or {}).get("detail") or {}
             per_run[run.name].update({key: own[key] for key in ROUND_KEYS if key in own})
-        detail = {"calibration": mode, "runs": per_run, "runs_missing": combined.n_missing}
         method = {"bpc": "balanced position calibration", "mec": "multiple evidence calibration",
                   "bpc+mec": "balanced position + multiple evidence calibration"}[mode]
-        verdict = combined.model_copy(update={"method": f"{method}: mean scores" if not combined.missing else "none",
-                                              "n_judgments": n_judges, "n_missing": n_missing, "detail": detail})
+        rule = "unreadable judgment: tie (released code)" if tied else "pooled votes" if voted else "mean scores"
+        verdict = verdict.model_copy(update={
+            "method": f"{method}: {rule}" if not verdict.missing else "none",
+            "n_judgments": sum(int(v.get("n_judgments", 0)) for v in mapped.values()),
+            "n_missing": sum(int(v.get("n_missing", 0)) for v in mapped.values()),
+            "detail": {"calibration": mode, **verdict.detail}})
         return {"verdict": verdict.to_state()}
 
     return RunnableLambda(combine, name="calibrate")
+
+
+def _mean_scores(runs: list[Run], mapped: dict[str, dict[str, Any]]) -> Verdict:
+    """FairEval's BPC/MEC: each answer's score is the mean of its scores over the runs; the label follows."""
+    judgments: list[Judgment] = []
+    for run in runs:
+        verdict = mapped[run.name]
+        s1, s2 = verdict.get("score_1"), verdict.get("score_2")
+        if verdict.get("missing") or s1 is None or s2 is None:
+            reason = "the run gave no verdict" if not verdict or verdict.get("missing") else \
+                "the run's verdict has no scores to combine"
+            judgments.append(Judgment.missing_for(run.name, TaskKind.PAIRWISE, "", reason, 0))
+            continue
+        judgments.append(Judgment(agent=run.name, kind=TaskKind.PAIRWISE, score_1=s1, score_2=s2,
+                                  label=pairwise_label(s1, s2)))
+    combined = aggregate(judgments, TaskKind.PAIRWISE, "mean")
+    per_run = {j.agent: {"missing": True, "reason": j.reason} if j.missing
+               else {"score_1": j.score_1, "score_2": j.score_2, "label": j.label} for j in judgments}
+    return combined.model_copy(update={"detail": {"runs": per_run, "runs_missing": combined.n_missing}})
+
+
+def _unreadable_tie(runs: list[Run], mapped: dict[str, dict[str, Any]], tied: list[str]) -> Verdict:
+    """ChatEval's released scoring with an unreadable judgment in any order (``unreadable="code"``): the script
+    reads both orders in one ``try``, so the whole item is a tie."""
+    per_run = {run.name: {"label": mapped[run.name].get("label"),
+                          "unreadable_tie": (mapped[run.name].get("detail") or {}).get("unreadable_tie")}
+               for run in runs}
+    missing = sum(1 for v in mapped.values() if not v or v.get("missing"))
+    return Verdict(kind=TaskKind.PAIRWISE, method="unreadable judgment: tie", label="tie",
+                   detail={"runs": per_run, "runs_missing": missing, "unreadable_tie": tied})
+
+
+def _pooled_votes(runs: list[Run], mapped: dict[str, dict[str, Any]]) -> Verdict:
+    """ChatEval's majority vote under position calibration: every judge of every run (each answer order, each
+    evidence sample) casts one vote, read in the original order, and the most frequent label wins; equal top
+    counts are a tie (so 8-7 and 6-9 in both orders, two votes each way, is a tie although the means are 7.0 and
+    8.0). As the code's scoring script sums each assistant's scores over the referees AND both orders, the vote is
+    over the referees and both orders, not a vote of the two orders' verdicts. The scores shown are the mean of
+    the runs' scores, for reading only."""
+    pooled: Counter[str] = Counter()
+    per_run: dict[str, dict[str, Any]] = {}
+    scores: list[tuple[float, float]] = []
+    missing = 0
+    for run in runs:
+        verdict = mapped[run.name]
+        if not verdict or verdict.get("missing"):
+            per_run[run.name] = {"missing": True, "reason": "the run gave no verdict"}
+            missing += 1
+            continue
+        votes = {str(label): int(count) for label, count in (verdict.get("votes") or {}).items()}
+        pooled.update(votes)
+        per_run[run.name] = {"label": verdict.get("label"), "votes": votes}
+        if verdict.get("score_1") is not None and verdict.get("score_2") is not None:
+            scores.append((float(verdict["score_1"]), float(verdict["score_2"])))
+            per_run[run.name].update(score_1=verdict["score_1"], score_2=verdict["score_2"])
+    winner, _ = majority_label(label for label, count in pooled.items() for _ in range(count))
+    all_scored = len(scores) == len(runs) - missing
+    label: PairwiseLabel = "1" if winner == "1" else "2" if winner == "2" else "tie"
+    return Verdict(kind=TaskKind.PAIRWISE, method="majority", label=label,
+                   score_1=fmean(s for s, _ in scores) if all_scored and scores else None,
+                   score_2=fmean(s for _, s in scores) if all_scored and scores else None,
+                   votes=dict(pooled), detail={"runs": per_run, "runs_missing": missing})
 
 
 def calibrate(
@@ -167,7 +228,9 @@ def calibrate(
     ``protocol``: a protocol's (uncompiled or compiled) graph, or a factory returning one; it must take
     ``{"item": ...}`` and leave a pairwise ``verdict`` with ``score_1``/``score_2``. ``mode``: ``"bpc"``,
     ``"mec"`` or ``"bpc+mec"``; ``k``/``temperature``: MEC's evidence samples and their temperature.
-    A run whose verdict is missing is left out of the mean and counted in ``detail["runs_missing"]``.
+    A run whose verdict is missing is left out of the mean and counted in ``detail["runs_missing"]``. When every
+    readable run's verdict is a vote (the protocol aggregates by majority), the runs' votes are pooled instead of
+    their scores averaged (``verdict.votes``; the method ends with ``pooled votes``).
     """
     runs = calibration_runs(mode, k)
     compiled = compile_inner(protocol)  # namespaced per run inside the wrapper
@@ -179,3 +242,17 @@ def calibrate(
     builder.add_edge([run.name for run in runs], "calibrate")
     builder.add_edge("calibrate", END)
     return builder
+
+
+# --- the calibration options of every pairwise protocol on the command line (graphs/spec.py) ------------------
+
+CALIBRATE = Option("calibrate", str, None,
+                   "pairwise tasks: FairEval's balanced position calibration (bpc), multiple evidence calibration "
+                   "(mec) or both, around the chosen protocol", choices=MODES)
+MEC_K = Option("mec_k", int, 3, "MEC: evidence samples per order (default 3)", minimum=1)
+MEC_TEMPERATURE = Option("mec_temperature", float, 1.0, "MEC: temperature of the evidence samples (default 1)")
+OPTIONS: tuple[Option, ...] = (CALIBRATE, MEC_K, MEC_TEMPERATURE)
+# read by the protocols that judge both orders by default (ProtocolSpec.position_calibration)
+NO_CALIBRATE = Option("no_calibrate", bool, False,
+                      "chateval/single/ensemble on pairwise data: judge one order only (default: both orders, "
+                      "--calibrate bpc, as ChatEval's position calibration)")

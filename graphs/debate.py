@@ -19,16 +19,21 @@ Commander calls its model only with ``commander_llm=True`` (see :mod:`jurygraph.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 
+from jurygraph.graphs.spec import Built, Option, PanelMembers, Params, ProtocolSpec
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.debate import (
+    CRITIC_PERSONAS,
+    NO_ISSUE_RULES,
+    SUMMEVAL_TEMPLATES,
     CriticPersona,
     NoIssueRule,
+    SummEvalTemplates,
     make_commander_node,
     make_critic_node,
     make_finalize_node,
@@ -68,6 +73,7 @@ def create_debate(
     commander_llm: bool = False,
     template: str | None = None,
     no_issue_rule: NoIssueRule | str = "paper",
+    summeval_templates: SummEvalTemplates | str = "geval",
     state_schema: type[Any] = DebateState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -82,20 +88,27 @@ def create_debate(
     ``template``: a predefined template replacing the built-in one (same slots).
     ``no_issue_rule``: when a Critic reply ends the debate -- ``"paper"`` (Algorithm 1 line 8, the capitals
     NO ISSUE anywhere in the reply; default) or ``"strict"`` (the token must stand alone or open the reply,
-    so "no issue with X, but ..." continues). Every call is at temperature 0, top_p 1. The verdict's
-    ``detail`` says how the debate ended and lists every score the Scorer gave.
+    so "no issue with X, but ..." continues). ``summeval_templates``: SummEval's consistency, fluency and
+    relevance templates -- ``"geval"`` (G-Eval's released ``*_detailed.txt``, which the paper says its templates
+    follow; default) or ``"jurygraph"`` (the project's own in the frame of G.2); coherence is G.2 either way.
+    Every call is at temperature 0, top_p 1. The verdict's ``detail`` says how the debate ended and lists every
+    score the Scorer gave.
     """
     if max_iterations < 1:
         raise ValueError("max_iterations must be at least 1 (Algorithm 1 runs i = 1..n)")
     persona = CriticPersona.of(critic)
+    if summeval_templates not in SUMMEVAL_TEMPLATES:
+        raise ValueError(f"unknown SummEval templates {summeval_templates!r}; choose one of "
+                         f"{', '.join(SUMMEVAL_TEMPLATES)}")
     builder = StateGraph(state_schema, context_schema=context_schema)
-    commander = make_commander_node(persona, max_iterations, tie_breaker, template, llm=commander_llm)
+    commander = make_commander_node(persona, max_iterations, tie_breaker, template, llm=commander_llm,
+                                    summeval_templates=summeval_templates)
     builder.add_node("commander", commander)
-    builder.add_node("scorer", make_scorer_node(template))
+    builder.add_node("scorer", make_scorer_node(template, summeval_templates=summeval_templates))
     builder.add_node("critic", make_critic_node(no_issue_rule=no_issue_rule))
     builder.add_node("finalize", make_finalize_node(persona, max_iterations))
     if tie_breaker:
-        builder.add_node("tie_breaker", make_tie_breaker_node(template))
+        builder.add_node("tie_breaker", make_tie_breaker_node(template, summeval_templates=summeval_templates))
         builder.add_edge("tie_breaker", "finalize")
     labels = _edge_labels(tie_breaker)
     by_node = {node: str(label) for label, node in labels.items()}
@@ -110,3 +123,86 @@ def create_debate(
     builder.add_edge("critic", "commander")
     builder.add_edge("finalize", END)
     return builder
+
+
+# --- the protocol on the command line and around a run (graphs/spec.py) ---------------------------------------
+
+CRITIC = Option("critic", str, "strict",
+                "DEBATE (and chateval --devil): the Critic's persona (default: strict = DEBATE's Devil's Advocate; "
+                "plain = MultiAgent baseline)", choices=tuple(CRITIC_PERSONAS))
+NO_ISSUE_RULE = Option("no_issue_rule", str, "paper",
+                       "DEBATE (and chateval --devil): when the Critic ends the debate: paper = 'NO ISSUE' anywhere in "
+                       "the reply (Algorithm 1, default); strict = the token alone on a line or opening the reply",
+                       choices=NO_ISSUE_RULES)
+OPTIONS: tuple[Option, ...] = (
+    CRITIC,
+    Option("max_iterations", int, DEFAULT_MAX_ITERATIONS,
+           f"DEBATE: n, the most Critic reviews (default {DEFAULT_MAX_ITERATIONS})", minimum=1),
+    Option("tie_breaker", bool, False, "DEBATE: a Tie-breaker decides when the Critic never says NO ISSUE"),
+    NO_ISSUE_RULE,
+    Option("summeval_templates", str, "geval",
+           "DEBATE on SummEval consistency/fluency/relevance: geval = G-Eval's released prompts, which the paper says "
+           "its templates follow (default; fluency 1-3), or jurygraph = the project's own (1-5)",
+           choices=SUMMEVAL_TEMPLATES),
+    Option("commander_llm", bool, False,
+           "DEBATE: the Commander's model words its request to the Scorer (one more call)"),
+)
+SCORER = "Scorer"
+# its panel for metaeval: the one Scorer, before and after the Critic's reviews
+BEFORE, AFTER = "Scorer (before critique)", "Scorer (after critique)"
+
+
+def _build(values: Params) -> Built:
+    params = {"critic": values["critic"], "max_iterations": values["max_iterations"],
+              "tie_breaker": values["tie_breaker"], "commander_llm": values["commander_llm"],
+              "no_issue_rule": values["no_issue_rule"]}
+    if values["summeval_templates"] != "geval":  # recorded when chosen, so a default run's manifest is unchanged
+        params["summeval_templates"] = values["summeval_templates"]
+    return Built(create_debate(**params), params)
+
+
+def _plan(params: Params) -> int:
+    n = int(params.get("max_iterations") or 1)
+    # n Scorer turns (each may be re-asked) and n Critic reviews, the tie-breaker (and its re-ask), the Commander
+    return 3 * n + (2 if params.get("tie_breaker") else 0) + (1 if params.get("commander_llm") else 0)
+
+
+def _bounds(params: Params) -> tuple[str, str]:
+    n = int(params.get("max_iterations") or 1)
+    tie = ", then the tie-breaker" if params.get("tie_breaker") else ""
+    return "the Critic says NO ISSUE at its first review", f"the Critic never says NO ISSUE ({n} reviews{tie})"
+
+
+def _score(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"kind": "score", "missing": True, "reason": "no score in this iteration"}
+    return {"kind": "score", "missing": False, "score": float(value)}
+
+
+def _members(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The Scorer's first score and its last (``verdict.detail.scores``)."""
+    scores = (((record.get("verdict") or {}).get("detail") or {}).get("scores")) or []
+    return {BEFORE: _score(scores[0]), AFTER: _score(scores[-1])} if scores else {}
+
+
+def _rounds(record: Mapping[str, Any]) -> list[dict[str, dict[int, Any]]]:
+    """The Scorer's score of every iteration: one member revising after each critique."""
+    scores = (((record.get("verdict") or {}).get("detail") or {}).get("scores")) or []
+    return [{SCORER: {i: None if s is None else float(s) for i, s in enumerate(scores)}}] if scores else []
+
+
+SPEC = ProtocolSpec(
+    name="debate",
+    factory=create_debate,
+    help="DEBATE: Scorer and Devil's-Advocate Critic relayed by a Commander",
+    options=OPTIONS,
+    build=_build,
+    tasks=("score",),
+    plan=_plan,
+    bounds=_bounds,
+    signals=lambda params, task: set(),  # one Scorer: no panel to agree or disagree
+    panel=PanelMembers(read=_members, agent_of_member=lambda member: SCORER, rounds=_rounds),
+    # strict Critic, n = 4 iterations (its Figure 2 best), the Scorer's last score decides
+    studio={"debate": lambda: create_debate()},
+    order=20,
+)

@@ -7,6 +7,9 @@ DEBATE's NO ISSUE test: NO ISSUE ends the discussion (a conditional edge to the 
 DEBATE's loop. Referees answer in the final-turn form every turn, so the devil has a majority to object to.
 With ``stop_when="consensus"`` the panel's agreement is checked first, and an agreeing panel stops before
 the devil speaks. After the last turn nobody speaks again, so the devil speaks after turns 1..T-1.
+
+This module is the edit (:func:`add_devil`); the hybrid's factory, ChatEval's graph with the edit made, is
+:func:`jurygraph.graphs.chateval.create_chateval_devil` (ChatEval's ``--devil``, declared in ChatEval's spec).
 """
 
 from __future__ import annotations
@@ -16,11 +19,9 @@ from typing import Any
 
 from langgraph.graph import StateGraph
 
-from jurygraph.graphs.chateval import STOP_WHEN, StopWhen, create_chateval, stop_on_consensus
 from jurygraph.graphs.wiring import exit_when, insert_after, turn_boundaries, turn_of
 from jurygraph.nodes.debate import CriticPersona, NoIssueRule
 from jurygraph.nodes.devil import make_devil_node
-from jurygraph.nodes.referee import Referee, chateval_personas
 
 
 def devil_said_no_issue(state: dict[str, Any]) -> bool:
@@ -40,32 +41,3 @@ def add_devil(builder: StateGraph, referees: Sequence[str], *, critic: str | Cri
                                                           no_issue_rule=no_issue_rule, name=devil))
         exit_when(builder, devil, devil_said_no_issue, exit_to, label="NO ISSUE")
     return ends
-
-
-def create_chateval_devil(
-    *,
-    referees: int | None = None,
-    personas: Sequence[str | Referee] | str | None = None,
-    critic: str | CriticPersona = "strict",
-    no_issue_rule: NoIssueRule | str = "paper",
-    stop_when: StopWhen | None = None,
-    consensus_tolerance: float = 0.0,
-    **chateval_options: Any,
-) -> StateGraph:
-    """An uncompiled ChatEval graph with a devil's advocate after every turn but the last.
-
-    ``critic``: the devil's system message, one of DEBATE's Critic personas (default ``"strict"``, DEBATE's
-    Devil's Advocate) or a :class:`CriticPersona`; ``no_issue_rule``: DEBATE's ``"paper"`` substring test
-    (default) or ``"strict"``. ``stop_when``/``consensus_tolerance`` as in :func:`create_chateval`; the other
-    options (``turns``, ``strategy``, ``aggregate``, ...) are :func:`create_chateval`'s. The verdict's
-    ``detail["rounds"]`` and ``detail["stopped"]`` (``"no_issue"``, ``"consensus"`` or None) say how it ended.
-    """
-    if stop_when not in (None, *STOP_WHEN):
-        raise ValueError(f"stop_when must be one of {', '.join(STOP_WHEN)} or None, not {stop_when!r}")
-    names = [r.name for r in chateval_personas(personas, referees)]
-    builder = create_chateval(referees=referees, personas=personas, consensus_tolerance=consensus_tolerance,
-                              judge_every_turn=True, record_rounds=True, **chateval_options)
-    ends = add_devil(builder, names, critic=critic, no_issue_rule=no_issue_rule)
-    if stop_when == "consensus":
-        stop_on_consensus(builder, names, consensus_tolerance, ends=ends)
-    return builder

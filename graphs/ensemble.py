@@ -17,6 +17,11 @@ from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 
+from jurygraph.graphs.calibration import NO_CALIBRATE
+from jurygraph.graphs.chateval import AGENTS, PERSONAS, panel_size
+from jurygraph.graphs.escalation import route_doubtful
+from jurygraph.graphs.single import create_single_agent
+from jurygraph.graphs.spec import Built, Option, Params, ProtocolSpec, panel_signals
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
@@ -58,3 +63,34 @@ def create_ensemble(
     builder.add_edge(nodes, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
+
+
+# --- the protocol on the command line and around a run (graphs/spec.py) ---------------------------------------
+
+
+def _build(values: Params) -> Built:
+    graph = create_ensemble(referees=values["agents"], personas=values["personas"], method=values["ensemble_method"])
+    return Built(graph, {"agents": values["agents"], "personas": values["personas"],
+                         "method": values["ensemble_method"]})
+
+
+SPEC = ProtocolSpec(
+    name="ensemble",
+    factory=create_ensemble,
+    help="Multi-Agent (Ensemble) baseline: one independent referee per persona, no discussion",
+    options=(AGENTS, PERSONAS, NO_CALIBRATE,
+             Option("ensemble_method", str, "mean",
+                    "Ensemble: average each answer's scores (default, the paper) or vote the labels",
+                    choices=("mean", "majority"))),
+    build=_build,
+    tasks=("pairwise", "score"),
+    plan=lambda params: 2 * panel_size(params),
+    position_calibration=True,
+    signals=lambda params, task: panel_signals(task, members=panel_size(params)),
+    # General Public and Critic; with doubtful items (jurygraph's own, opt-in) sent to a stronger judge, or a person
+    studio={"ensemble": lambda: create_ensemble(),
+            "ensemble_escalation": lambda: route_doubtful(create_ensemble(), escalate_when="agreement<1",
+                                                          escalation=create_single_agent()),
+            "ensemble_review": lambda: route_doubtful(create_ensemble(), review_when="agreement<1")},
+    order=50,
+)

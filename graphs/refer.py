@@ -10,15 +10,18 @@ Decisions where the paper is silent:
 - C_final (Algorithm 1's "Choose 1"): the first sample whose rating is closest to the mean (for reasoning:
   the first sample giving the majority answer); every sample's comment and rating stay in the verdict.
 - Reasoning with n > 1: the final answer is the majority of the samples' answers; a tie gives no answer.
-- A peer whose reply cannot be read, or whose model fails for good, is left out of the area chair's prompt
-  (which then says "two" instead of "three" models and numbers the rest First, Second, ...) and is counted
-  in ``verdict.detail["missing_peers"]``. A missing key or an unknown model is raised, not hidden.
+- A peer whose reply cannot be read, or whose model fails for good, is a blank evaluation (``" "``) in its
+  place in the area chair's prompt, which still names every peer ("three" models), as the released scripts
+  pass it; ``missing_peers="omit"`` (CLI ``--missing-peers omit``) leaves it out instead (the prompt then says
+  "two" and numbers the rest First, Second, ...). Either way it is counted in
+  ``verdict.detail["missing_peers"]``. A missing key or an unknown model is raised, not hidden.
 - Generation parameters follow Appendix C: peers use the provider's defaults (temperature not sent) with
   max_tokens 128 (NLG) or 192 (multimodal); reasoning peers temperature 1, top_p 1, max_tokens 256; the area
   chair temperature 1, top_p 1, max_tokens 256 (reasoning: no limit), in both variants.
 - ReFeR-Lite is, by default, its own area-chair request with n = 1 (the paper: "n=20 (varies for ReFeR Lite
-  and Turbo)"). The released scripts instead take the first of Turbo's 20 samples: ``lite_from_turbo=True``
-  (CLI ``--lite-from-turbo``) does that, so a Turbo and a Lite run share one cached request.
+  and Turbo)"; the released Topical-Chat scripts also call the area chair with n = 1). ``lite_from_turbo=True``
+  (CLI ``--lite-from-turbo``, the project's option) takes the first of Turbo's 20 samples instead, so a Turbo
+  and a Lite run share one cached request.
 """
 
 from __future__ import annotations
@@ -29,11 +32,21 @@ from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 
+from jurygraph.graphs.peer_discussion import add_peer_discussion
+from jurygraph.graphs.spec import Built, Option, Params, ProtocolSpec, panel_signals
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import JuryState
 from jurygraph.llm.models import JuryContext
 from jurygraph.nodes.aggregator import make_aggregator_node
-from jurygraph.nodes.refer import FEEDBACK_MODES, Peer, make_area_chair_node, make_peer_node, template_for
+from jurygraph.nodes.refer import (
+    FEEDBACK_MODES,
+    MISSING_PEERS,
+    MissingPeers,
+    Peer,
+    make_area_chair_node,
+    make_peer_node,
+    template_for,
+)
 
 Variant = Literal["turbo", "lite"]
 VARIANTS: tuple[str, ...] = ("turbo", "lite")
@@ -83,6 +96,7 @@ def create_refer(
     template: str | None = None,
     prompt_file: str | Path | None = None,
     lite_from_turbo: bool = False,
+    missing_peers: MissingPeers | str = "blank",
     state_schema: type[Any] = ReferState,
     context_schema: type[Any] = JuryContext,
 ) -> StateGraph:
@@ -94,8 +108,10 @@ def create_refer(
     come from the item's dataset/aspect or task (Appendix N), a named ``template`` (e.g. 'aqua', 'icqd'),
     or a ``prompt_file`` (e.g. written by ``jurygraph autoprompt``). The verdict holds the final score (or
     answer), the chosen comment and every sample's comment and rating. ``lite_from_turbo`` (Lite only): the
-    area chair sends Turbo's request (n = 20) and the verdict is its first sample, as the released scripts
-    compute Lite. Generation parameters are Appendix C's (see the module docstring).
+    area chair sends Turbo's request (n = 20) and the verdict is its first sample. ``missing_peers``: a peer
+    whose judgment is missing is a blank evaluation in the area chair's prompt, the count of models kept, as
+    the released scripts do (``"blank"``), or left out (``"omit"``). Generation parameters are Appendix C's
+    (see the module docstring).
     """
     panel = refer_peers(peers)
     n = variant_samples(variant, samples)
@@ -112,7 +128,7 @@ def create_refer(
     builder.add_node(AREA_CHAIR, make_area_chair_node([p.name for p in panel], choose,
                                                       samples=TURBO_SAMPLES if lite_from_turbo else n,
                                                       temperature=temperature, feedback=feedback,
-                                                      use_first=lite_from_turbo))
+                                                      use_first=lite_from_turbo, missing_peers=missing_peers))
     builder.add_edge([p.name for p in panel], AREA_CHAIR)  # the barrier: the area chair waits for every peer
     builder.add_edge(AREA_CHAIR, END)
     return builder
@@ -150,3 +166,105 @@ def create_refer_peer(
     builder.add_edge(peer, "aggregate")
     builder.add_edge("aggregate", END)
     return builder
+
+
+def create_refer_discussion(*, rounds: int = 1, peers: int | Sequence[str | Peer] = 3,
+                            **refer_options: Any) -> StateGraph:
+    """An uncompiled ReFeR graph whose peers discuss ``rounds`` rounds (one-by-one) before the area chair
+    (:mod:`jurygraph.graphs.peer_discussion`, jurygraph's own hybrid of ReFeR and ChatEval).
+
+    The other options (``variant``, ``samples``, ``feedback``, ``template``, ``prompt_file``, ...) are
+    :func:`create_refer`'s. A discussion turn uses the peer's own prompt, parameters and model, with the
+    discussion so far appended (``prompts/refer/discussion.txt``); its judgment replaces the peer's earlier
+    one, so the area chair reads each peer's last review.
+    """
+    if rounds < 1:
+        raise ValueError("a peer discussion needs at least one round (rounds=0 is create_refer)")
+    builder = create_refer(peers=peers, **refer_options)
+    choose = _chooser(refer_options.get("template"), refer_options.get("prompt_file"))
+    return add_peer_discussion(builder, refer_peers(peers), rounds, choose, AREA_CHAIR)
+
+
+# --- the protocol on the command line and around a run (graphs/spec.py) ---------------------------------------
+
+# n samples: ReFeR-Turbo's area chair's, and G-Eval's and Analyze-Rate's (graphs/geval.py)
+SAMPLES = Option("samples", int, None,
+                 "number of samples n (ReFeR-Turbo's area chair: default 20; G-Eval/Analyze-Rate: default 20)",
+                 minimum=1)
+OPTIONS: tuple[Option, ...] = (
+    Option("peers", str, None, "ReFeR: one model spec per peer (K = their number; default 3 peers using --model)",
+           metavar="SPEC,SPEC,..."),
+    Option("area_chair", str, None, "ReFeR: the area chair's model spec", metavar="SPEC"),
+    Option("variant", str, "turbo", "ReFeR: turbo (area chair samples n, default 20) or lite (n = 1)",
+           choices=VARIANTS),
+    SAMPLES,
+    Option("lite_from_turbo", bool, False,
+           "ReFeR-Lite: take the first of Turbo's 20 area-chair samples (jurygraph's option: a Turbo and a Lite run "
+           "share one cached request) instead of its own n = 1 request (the paper)"),
+    Option("peer_discussion", int, 0,
+           "ReFeR (jurygraph's own, not the paper): the peers discuss R rounds one-by-one after their reviews, "
+           "before the area chair reads their final reviews (default 0: no discussion)", minimum=0, metavar="R"),
+    Option("missing_peers", str, "blank",
+           "ReFeR: a peer whose judgment is missing is a blank evaluation in the area chair's prompt, the count of "
+           "models kept, as the released scripts (default), or omitted (the prompt names one model fewer)",
+           choices=MISSING_PEERS),
+    Option("feedback", str, "score", "ReFeR: what peers pass to the area chair (default: score, the paper's best)",
+           choices=FEEDBACK_MODES),
+    Option("refer_template", str, None, "ReFeR: a named prompt pair (e.g. aqua, bbh_du, csqa, gsm8k, icqd, agiqa)"),
+    Option("prompt_file", str, None,
+           "ReFeR: a prompt file (e.g. from `jurygraph autoprompt`) for peers and area chair"),
+)
+
+
+def _model_specs(values: Params) -> list[str]:
+    return [s.strip() for s in (values.get("peers") or "").split(",") if s.strip()]
+
+
+def _build(values: Params) -> Built:
+    specs = _model_specs(values)
+    variant, samples = values["variant"], values["samples"]
+    options: dict[str, Any] = {
+        "peers": len(specs) or 3, "variant": variant,
+        "samples": None if variant == "lite" and samples in (None, 1) else samples,
+        "feedback": values["feedback"], "template": values["refer_template"], "prompt_file": values["prompt_file"],
+        "lite_from_turbo": values["lite_from_turbo"], "missing_peers": values["missing_peers"]}
+    rounds = values["peer_discussion"] or 0
+    graph = create_refer_discussion(rounds=rounds, **options) if rounds else create_refer(**options)
+    models = {f"peer_{i}": spec for i, spec in enumerate(specs, 1)}
+    if values["area_chair"]:
+        models[AREA_CHAIR] = values["area_chair"]
+    params = {"peers": len(specs) or 3, "variant": variant,
+              "samples": variant_samples(variant, samples if variant == "turbo" else None),
+              "feedback": values["feedback"], "template": values["refer_template"],
+              "prompt_file": values["prompt_file"], "lite_from_turbo": values["lite_from_turbo"]}
+    if rounds:
+        params["peer_discussion"] = rounds
+    if values["missing_peers"] != "blank":  # recorded when chosen, so a default run's manifest is unchanged
+        params["missing_peers"] = values["missing_peers"]
+    return Built(graph, params, models, every_agent_has_a_model=bool(specs and values["area_chair"]))
+
+
+def _plan(params: Params) -> int:
+    reviews = 1 + int(params.get("peer_discussion") or 0)  # each peer's review and its discussion turns
+    return 2 * int(params.get("peers") or 3) * reviews + int(params.get("samples") or 1)  # n samples: n requests
+
+
+SPEC = ProtocolSpec(
+    name="refer",
+    factory=create_refer,
+    help="ReFeR: peer reviewers and an area chair",
+    options=OPTIONS,
+    build=_build,
+    tasks=("score", "choice"),
+    plan=_plan,
+    single_agent=lambda values: create_refer_peer(template=values["refer_template"],
+                                                  prompt_file=values["prompt_file"]),
+    single_agent_plan=lambda values: 2,
+    signals=lambda params, task: panel_signals(task, members=int(params.get("peers") or 3),
+                                               samples=int(params.get("samples") or 1)),
+    # 3 peers, area chair with n = 20 samples (Turbo) or 1 (Lite); the peers discussing one round (jurygraph's own)
+    studio={"refer_turbo": lambda: create_refer(variant="turbo"),
+            "refer_lite": lambda: create_refer(variant="lite"),
+            "refer_peer_discussion": lambda: create_refer_discussion(rounds=1)},
+    order=30,
+)

@@ -36,6 +36,7 @@ from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_n
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import render_history
+from jurygraph.nodes.geval import RELEASED_SCALES
 from jurygraph.prompts import load_prompt, render, select_template
 
 COMMANDER, SCORER, CRITIC, TIE_BREAKER = "Commander", "Scorer", "Critic", "Tie-breaker"
@@ -64,6 +65,11 @@ _TOKEN = r"no[ _]issues?"
 _LEAD_IN = r"[A-Za-z][\w ]{0,30}:\s*|(?:therefore|thus|hence|so|overall|finally|in (?:conclusion|summary)),?\s+"
 _MARKUP = re.compile(r"[*`#>\\\"“”‘’]")
 
+
+# the SummEval consistency/fluency/relevance templates: G-Eval's released ones (the paper's "Liu et al.") or the
+# project's own in the G.2 frame
+SummEvalTemplates = Literal["geval", "jurygraph"]
+SUMMEVAL_TEMPLATES: tuple[str, ...] = ("geval", "jurygraph")
 
 NoIssueRule = Literal["paper", "strict"]
 NO_ISSUE_RULES: tuple[str, ...] = ("paper", "strict")
@@ -166,25 +172,39 @@ def _need(item: EvalItem, field: str, dataset: str) -> str:
     return str(value)
 
 
-def frame_task(item: EvalItem, template: str | None = None) -> DebateFrame:
-    """The predefined template for the item's dataset and aspect (SummEval: G.2 and the same frame;
-    Topical-Chat: the same frame), filled with the item. ``template`` replaces the built-in text and
-    may use the slots source_text, summary, conversation, fact, response, aspect, aspect_title,
-    aspect_definition, scale, scale_low, scale_high."""
+def frame_task(item: EvalItem, template: str | None = None,
+               summeval_templates: SummEvalTemplates | str = "geval") -> DebateFrame:
+    """The predefined template for the item's dataset and aspect, filled with the item, from the table of
+    templates. SummEval: coherence is G.2 (the paper prints it; it is G-Eval's ``coh_detailed.txt``), and the
+    paper "refer[s] to the prompts used in Liu et al. (2023)" for the others, so consistency, fluency and
+    relevance are G-Eval's released ``*_detailed.txt`` (``summeval_templates="geval"``; fluency on G-Eval's 1-3
+    scale, as released) or the project's own in the G.2 frame (``"jurygraph"``, 1-5). Topical-Chat and other
+    items: the project's own in the G.2 frame. A prompt that states its own scale is read on it. ``template``
+    replaces the built-in text and may use the slots source_text, summary, generated_text, conversation, fact,
+    response, aspect, aspect_title, aspect_definition, scale, scale_low, scale_high, form_header."""
     if item.task is not TaskKind.SCORE:
         raise ValueError(f"item {item.id!r}: DEBATE scores one item on one aspect; {item.task.value} items are "
                          "not supported")
     if not item.aspect:
         raise ValueError(f"item {item.id!r}: DEBATE needs the aspect to score (item.aspect)")
+    if summeval_templates not in SUMMEVAL_TEMPLATES:
+        raise ValueError(f"unknown SummEval templates {summeval_templates!r}; choose one of "
+                         f"{', '.join(SUMMEVAL_TEMPLATES)}")
     aspect = get_aspect(item.dataset, item.aspect)
-    scale = scale_of(item, aspect)
+    where = {"task": TaskKind.SCORE.value, "dataset": aspect.dataset if aspect else None, "aspect": item.aspect}
+    builtin = select_template("debate", **where, variant=None if summeval_templates == "geval" else "jurygraph")
+    tie_breaker = select_template("debate-tie-breaker", **where)
+    assert builtin is not None and tie_breaker is not None  # the table has a generic one for score items
+    # a released G-Eval prompt states its own scale in its text (fluency 1-3): the reply is read on it
+    scale = RELEASED_SCALES.get(builtin, scale_of(item, aspect)) if template is None else scale_of(item, aspect)
     slots: dict[str, Any] = {
         "aspect": item.aspect, "aspect_title": aspect_title(item.aspect),
         "aspect_definition": (aspect.definition.split(" - ", 1)[-1] if aspect
                               else str(item.meta.get("aspect_definition", ""))),
         "scale": str(scale), "scale_low": format_number(scale.low), "scale_high": format_number(scale.high),
         "source_text": item.source or "", "summary": item.response or "", "conversation": item.source or "",
-        "fact": item.context or "", "response": item.response or "",
+        "fact": item.context or "", "response": item.response or "", "generated_text": item.response or "",
+        "form_header": load_prompt("geval/form").partition("\n")[0],
     }
     if aspect is not None and aspect.dataset == "summeval":
         _need(item, "response", "SummEval")
@@ -193,9 +213,6 @@ def frame_task(item: EvalItem, template: str | None = None) -> DebateFrame:
     elif aspect is not None and aspect.dataset == "topical-chat":
         for field in ("source", "context", "response"):
             _need(item, field, "Topical-Chat")
-    where = {"task": TaskKind.SCORE.value, "dataset": aspect.dataset if aspect else None, "aspect": item.aspect}
-    builtin, tie_breaker = select_template("debate", **where), select_template("debate-tie-breaker", **where)
-    assert builtin is not None and tie_breaker is not None  # the table has a generic one for score items
     task = render(template if template is not None else load_prompt(builtin), **slots)
     answer_form = render(debate_prompt("answer_form"), **slots)
     title = slots["aspect_title"]
@@ -238,19 +255,21 @@ def _sent(text: str, to: str) -> tuple[HumanMessage, AIMessage]:
 
 
 def make_commander_node(critic: CriticPersona, max_iterations: int, tie_breaker: bool,
-                        template: str | None = None, llm: bool = False, name: str = "commander") -> RunnableLambda:
+                        template: str | None = None, llm: bool = False, name: str = "commander",
+                        summeval_templates: SummEvalTemplates | str = "geval") -> RunnableLambda:
     """The Commander: frames the task, relays between Scorer and Critic, decides the next step.
 
     Relays are verbatim (Algorithm 1's C.send) and make no model call. Framing, P <- C(T, A), is
     the predefined template with the Commander's zero-shot CoT request; with ``llm=True`` the
     Commander's own model is called once there instead: it gets its G.1 system message and the task
     as the user typed it (D.1 step 1), and its reply is what it tells the Scorer, under the task.
-    Every message it passes on is recorded in its own history and in the receiver's.
+    Every message it passes on is recorded in its own history and in the receiver's. ``summeval_templates``:
+    see :func:`frame_task`.
     """
     stop_rule = "" if critic.names_stop_token else debate_prompt("stop_rule")
 
     def body(state: dict[str, Any]):
-        frame = frame_task(as_item(state["item"]), template)
+        frame = frame_task(as_item(state["item"]), template, summeval_templates)
         step = next_step(state, max_iterations, tie_breaker)
         speaker = state.get("speaker")
         heard: list[BaseMessage] = []
@@ -299,11 +318,12 @@ def _speaks(agent: str, text: str, iteration: int) -> AIMessage:
     return AIMessage(text, name=agent, response_metadata={"iteration": iteration})
 
 
-def make_scorer_node(template: str | None = None, name: str = "scorer") -> RunnableLambda:
+def make_scorer_node(template: str | None = None, name: str = "scorer",
+                     summeval_templates: SummEvalTemplates | str = "geval") -> RunnableLambda:
     """The Scorer: scores (iteration 0) or revises with the Critic's feedback, from its own chat."""
 
     def body(state: dict[str, Any]):
-        frame = frame_task(as_item(state["item"]), template)
+        frame = frame_task(as_item(state["item"]), template, summeval_templates)
         iteration = int(state.get("iteration") or 0)
         chat = list((state.get("histories") or {}).get(SCORER, []))
         reply = yield ModelRequest(agent=SCORER, role="scorer", messages=chat, form=frame.form,
@@ -335,11 +355,12 @@ def make_critic_node(name: str = "critic", no_issue_rule: NoIssueRule | str = "p
     return agent_node(body, name)
 
 
-def make_tie_breaker_node(template: str | None = None, name: str = "tie_breaker") -> RunnableLambda:
+def make_tie_breaker_node(template: str | None = None, name: str = "tie_breaker",
+                          summeval_templates: SummEvalTemplates | str = "geval") -> RunnableLambda:
     """The Tie-breaker (E.3): reads the task and the debate log the Commander sent, gives the score."""
 
     def body(state: dict[str, Any]):
-        frame = frame_task(as_item(state["item"]), template)
+        frame = frame_task(as_item(state["item"]), template, summeval_templates)
         chat = list((state.get("histories") or {}).get(TIE_BREAKER, []))
         reply = yield ModelRequest(agent=TIE_BREAKER, role="tie_breaker", messages=chat, form=frame.form,
                                    params=dict(DEBATE_PARAMS))
@@ -385,7 +406,8 @@ def make_finalize_node(critic: CriticPersona, max_iterations: int, name: str = "
     return RunnableLambda(run, name=name)
 
 
-__all__ = ["COMMANDER", "CRITIC", "CRITIC_PERSONAS", "DEBATE_PARAMS", "NO_ISSUE_RULES", "SCORER", "TIE_BREAKER",
+__all__ = ["COMMANDER", "CRITIC", "CRITIC_PERSONAS", "DEBATE_PARAMS", "NO_ISSUE_RULES", "SCORER", "SUMMEVAL_TEMPLATES",
+           "TIE_BREAKER",
            "CriticPersona", "DebateFrame", "debate_prompt", "ends_debate", "frame_task", "make_commander_node",
            "make_critic_node", "make_finalize_node", "make_scorer_node", "make_tie_breaker_node", "next_step",
            "no_issue_in", "says_no_issue"]

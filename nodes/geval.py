@@ -13,11 +13,14 @@ tokens, sum_s p(s) * s. Two estimators:
 
 Replies are read as G-Eval's own script reads them (meta_eval_summeval.py ``parse_output``: the number the
 reply starts with, so "4\n\nThe summary..." and "3 - The summary..." are 4 and 3); a reply that does not
-start with a number is read from its "<Aspect>:"/"Rating:" line; one that has neither, or a score off the
-prompt's scale, is a missing judgment (G-Eval's script counts it as 0).
+start with a number is read from its "<Aspect>:"/"Rating:" line; one that has neither is a missing judgment
+(G-Eval's script counts it as 0). A score off the prompt's scale ("4" on the 1-3 fluency) is kept, as both
+released meta-evaluation scripts (G-Eval's and Analyze-Rate's) keep the number, and counted in the verdict's
+``detail["off_scale"]``; ``off_scale="drop"`` makes it a missing judgment instead.
 
 Generation parameters: G-Eval samples at temperature 1, top_p 1 (the paper, §3.1: "n = 20, temperature = 1,
-top_p = 1"); Analyze-Rate also with max_tokens 256 (as ReFeR, Appendix C, reports following Analyze-Rate).
+top_p = 1") with max_tokens 5, as its released ``gpt4_eval.py`` sends (the paper gives none; ``max_tokens=None``
+lifts it); Analyze-Rate with max_tokens 256 (as ReFeR, Appendix C, reports following Analyze-Rate).
 
 Analyze-Rate (Chiang & Lee 2023) is the same evaluator with the form asking for an analysis first.
 """
@@ -48,13 +51,17 @@ Estimator = Literal["samples", "logprobs"]
 FORMS: dict[str, str] = {"geval": "geval/form", "analyze-rate": "analyze_rate/form"}
 ESTIMATORS: tuple[str, ...] = ("samples", "logprobs")
 FLUENCY_SCALES: tuple[int, ...] = (3, 5)
+OffScale = Literal["keep", "drop"]
+OFF_SCALE: tuple[str, ...] = ("keep", "drop")
 # the scale each released SummEval prompt states in its text (fluency: "Fluency (1-3)"); replies are read on it
 RELEASED_SCALES: dict[str, Scale] = {"geval/summeval_coherence": Scale(low=1, high=5),
                                      "geval/summeval_consistency": Scale(low=1, high=5),
                                      "geval/summeval_fluency": Scale(low=1, high=3),
                                      "geval/summeval_relevance": Scale(low=1, high=5)}
-# sampling parameters of the two papers (see the module docstring)
-SAMPLE_PARAMS: dict[str, dict[str, Any]] = {"geval": {"top_p": 1}, "analyze-rate": {"top_p": 1, "max_tokens": 256}}
+# sampling parameters of the two papers (see the module docstring); max_tokens is each factory's parameter
+SAMPLE_PARAMS: dict[str, dict[str, Any]] = {"geval": {"top_p": 1}, "analyze-rate": {"top_p": 1}}
+# max_tokens by default: G-Eval's released gpt4_eval.py sends 5 (its paper gives none); Analyze-Rate 256
+MAX_TOKENS: dict[str, int] = {"geval": 5, "analyze-rate": 256}
 # the log-probability request reads the distribution at the score position of the most likely reply: the
 # papers give no setting for it (a project choice, see docs)
 LOGPROB_PARAMS: dict[str, Any] = {"temperature": 0}
@@ -123,13 +130,14 @@ _LEADING = re.compile(r"^ ?([\d.]+)")
 _MARK = r"[\s*_`]*"
 
 
-def score_in_reply(text: str, style: str, form: AnswerForm) -> tuple[float, int]:
+def score_in_reply(text: str, style: str, form: AnswerForm, off_scale: OffScale | str = "keep") -> tuple[float, int]:
     """The score of a reply and the character offset where it starts: where the answer form asks for it.
 
     G-Eval ("scores ONLY"): the number the reply starts with, as G-Eval's script reads it ("4/5", "4 out
     of 5", "4\n\nThe summary...", "3 - The summary..."), else the number on the last "<Aspect>:" line
     ("- Coherence: 4"). Analyze-Rate: the number after the last "Rating:" (or "<Aspect>:") label, else a
-    leading number. Raises UnreadableReply when there is none, or the score is off the prompt's scale.
+    leading number. Raises UnreadableReply when there is none, or (``off_scale="drop"``) when the score is off
+    the prompt's scale; ``"keep"`` (default) returns it, as the released scripts keep it.
     """
     assert form.scale is not None
     names = "|".join(["rating", "score", *(re.escape(label) for label in form.labels if label)])
@@ -148,15 +156,17 @@ def score_in_reply(text: str, style: str, form: AnswerForm) -> tuple[float, int]
         value = float(value_text)
     except ValueError:
         raise UnreadableReply(f"the reply starts with {value_text!r}, which is not a number") from None
-    if not form.scale.contains(value):
+    if off_scale not in OFF_SCALE:
+        raise ValueError(f"unknown off-scale rule {off_scale!r}; choose one of {', '.join(OFF_SCALE)}")
+    if off_scale == "drop" and not form.scale.contains(value):
         raise UnreadableReply(f"the score {value_text} is outside the prompt's scale {form.scale}")
     return value, offset
 
 
-def read_reply(form: AnswerForm, style: str, agent: str, text: str) -> Judgment:
+def read_reply(form: AnswerForm, style: str, agent: str, text: str, off_scale: OffScale | str = "keep") -> Judgment:
     """The judgment of one reply (:func:`score_in_reply`), or a missing judgment with the raw text and reason."""
     try:
-        score, _ = score_in_reply(text, style, form)
+        score, _ = score_in_reply(text, style, form, off_scale)
     except UnreadableReply as err:
         return Judgment.missing_for(agent, TaskKind.SCORE, text, str(err), 1)
     return Judgment(agent=agent, kind=TaskKind.SCORE, raw=text, attempts=1, score=score)
@@ -243,12 +253,18 @@ def make_form_filling_node(
     template: str | None = None,
     role: str = "evaluator",
     fluency_scale: int = 3,
+    max_tokens: int | Literal["style"] | None = "style",
+    off_scale: OffScale | str = "keep",
 ) -> RunnableLambda:
     """A node where one evaluator fills the form and the verdict is the expected score.
 
     The model comes from the runtime context by ``agent`` name, else ``role``. Judgments: with samples,
     one per sample under ``"<agent> #<i>"``; with log-probabilities, the one reply under ``agent``.
     ``fluency_scale``: 3 = G-Eval's released SummEval fluency prompt (1-3), 5 = the project's 1-5 variant.
+    ``max_tokens``: the reply's length limit on every request (None: not sent, the provider's default;
+    ``"style"``: the style's, :data:`MAX_TOKENS`). ``off_scale``: a sample's score off the prompt's scale is
+    kept (``"keep"``, as the released meta-evaluation scripts) and counted in ``detail["off_scale"]``, or is a
+    missing judgment (``"drop"``).
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
@@ -256,7 +272,10 @@ def make_form_filling_node(
         raise ValueError("n (the number of samples) must be at least 1")
     if fluency_scale not in FLUENCY_SCALES:
         raise ValueError(f"fluency_scale must be 3 (G-Eval's released prompt) or 5, not {fluency_scale}")
+    if off_scale not in OFF_SCALE:
+        raise ValueError(f"unknown off-scale rule {off_scale!r}; choose one of {', '.join(OFF_SCALE)}")
     frame = FormFillingTemplate(style, template, fluency_scale)
+    limit = MAX_TOKENS.get(str(style)) if max_tokens == "style" else max_tokens
 
     def body(state: dict[str, Any]):
         item = as_item(state["item"])
@@ -269,12 +288,12 @@ def make_form_filling_node(
                 # form=None: the reply is read from its text below; structured output would replace G-Eval's
                 # "scores ONLY" form with a JSON schema (and its tokens would no longer be the form's)
                 reply = yield ModelRequest(agent=agent, role=role, messages=messages, want_logprobs=True,
-                                           params=dict(LOGPROB_PARAMS))
+                                           params={**LOGPROB_PARAMS, "max_tokens": limit})
                 content = (reply.message.response_metadata.get("logprobs") or {}).get("content")
                 if content:
                     try:
                         text = reply.message.text
-                        score, offset = score_in_reply(text, style, form)
+                        score, offset = score_in_reply(text, style, form, off_scale)
                         expected, probabilities = expected_score_from_logprobs(content, form.scale, offset)  # type: ignore[arg-type]
                         judgment = Judgment(agent=agent, kind=TaskKind.SCORE, raw=text, attempts=1, score=score)
                         return _logprob_update(agent, reply, judgment, expected, probabilities)
@@ -284,12 +303,17 @@ def make_form_filling_node(
                     fallback = "the reply carried no log-probabilities"
         # samples are read as text and never re-asked: an unreadable sample is a missing judgment
         reply = yield ModelRequest(agent=agent, role=role, messages=messages, n=n,
-                                   params={"temperature": temperature, **SAMPLE_PARAMS[str(style)]})
-        named = [read_reply(form, str(style), f"{agent} #{i}", sample.text)
+                                   params={"temperature": temperature, **SAMPLE_PARAMS[str(style)],
+                                           "max_tokens": limit})
+        named = [read_reply(form, str(style), f"{agent} #{i}", sample.text, off_scale)
                  for i, sample in enumerate(reply.samples, 1)]
         verdict = aggregate(named, TaskKind.SCORE)
         detail: dict[str, Any] = {"estimator": "samples", "n": n, "temperature": temperature,
                                   "scores": [j.score for j in named], "unreadable": verdict.n_missing}
+        assert form.scale is not None
+        kept = sum(1 for j in named if j.score is not None and not form.scale.contains(j.score))
+        if kept:
+            detail["off_scale"] = kept
         if fallback:
             detail["fallback_reason"] = fallback
         verdict = verdict.model_copy(update={"method": f"mean of {n} samples" if not verdict.missing else "none",

@@ -32,6 +32,11 @@ from jurygraph.prompts import load_json, load_prompt, load_prompt_file, render, 
 
 Feedback = Literal["score", "comment", "both"]
 FEEDBACK_MODES: tuple[str, ...] = ("score", "comment", "both")
+# a peer whose judgment is missing: "blank" = the released scripts' " " in its place, the count kept; "omit" = left
+# out of the area chair's prompt, which then names one model fewer
+MissingPeers = Literal["blank", "omit"]
+MISSING_PEERS: tuple[str, ...] = ("blank", "omit")
+BLANK_EVALUATION = " "
 ORDINALS = ("First", "Second", "Third", "Fourth", "Fifth", "Sixth", "Seventh", "Eighth", "Ninth", "Tenth")
 NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 # errors that mean the run is misconfigured (no key, a wrong key or model name, no model for the agent):
@@ -305,15 +310,20 @@ def make_peer_node(peer: Peer, choose: TemplateChoice, *, discussion_round: int 
 
 def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, samples: int = 20,
                          temperature: float = 1.0, feedback: str = "score",
-                         name: str = "area_chair", use_first: bool = False) -> RunnableLambda:
-    """The area chair: reads the item and the readable peers' evaluations (in peer order), samples
-    ``samples`` responses at ``temperature`` (Appendix C: top_p 1, max_tokens 256; no limit for reasoning)
-    and gives the verdict: the mean of the parsed ratings (or the majority answer for reasoning), one
-    chosen comment, the other comments kept. Unreadable samples and missing peers are left out and counted.
-    ``use_first``: the verdict is the FIRST of the ``samples`` (ReFeR-Lite as the released scripts compute
-    it, from Turbo's request); all samples stay in the history."""
+                         name: str = "area_chair", use_first: bool = False,
+                         missing_peers: MissingPeers | str = "blank") -> RunnableLambda:
+    """The area chair: reads the item and the peers' evaluations (in peer order), samples ``samples``
+    responses at ``temperature`` (Appendix C: top_p 1, max_tokens 256; no limit for reasoning) and gives the
+    verdict: the mean of the parsed ratings (or the majority answer for reasoning), one chosen comment, the
+    other comments kept. Unreadable samples and missing peers are counted. ``missing_peers``: a peer whose
+    judgment is missing (its model failed, or its reply could not be read) is a blank evaluation (``" "``) in
+    its place, the number of models unchanged, as the released scripts pass it (``"blank"``), or is left out of
+    the prompt, which then names one model fewer (``"omit"``). ``use_first``: the verdict is the FIRST of the
+    ``samples`` (ReFeR-Lite from Turbo's request); all samples stay in the history."""
     if feedback not in FEEDBACK_MODES:
         raise ValueError(f"unknown feedback mode {feedback!r}; choose one of {', '.join(FEEDBACK_MODES)}")
+    if missing_peers not in MISSING_PEERS:
+        raise ValueError(f"unknown missing-peer rule {missing_peers!r}; choose one of {', '.join(MISSING_PEERS)}")
     if samples < 1:
         raise ValueError("the area chair needs at least one sample")
     order = tuple(peers)
@@ -325,12 +335,13 @@ def make_area_chair_node(peers: Sequence[str], choose: TemplateChoice, *, sample
         peer_judgments = {p: Judgment.model_validate(stored[p]) if p in stored else
                           Judgment.missing_for(p, item.task, "", "no judgment was recorded for this peer", 0)
                           for p in order}
-        heard = [p for p in order if not peer_judgments[p].missing]
-        block = peer_block([feedback_of(peer_judgments[p], feedback, tpl) for p in heard], tpl)
-        if tpl.key.startswith("file:") and heard:
-            block = render(CUSTOM_PEER_INTRO, n_peers=number_word(len(heard))) + block
+        shown = [p for p in order if missing_peers == "blank" or not peer_judgments[p].missing]
+        block = peer_block([BLANK_EVALUATION if peer_judgments[p].missing else
+                            feedback_of(peer_judgments[p], feedback, tpl) for p in shown], tpl)
+        if tpl.key.startswith("file:") and shown:
+            block = render(CUSTOM_PEER_INTRO, n_peers=number_word(len(shown))) + block
         prompt = render(tpl.area_chair, **item_slots(item, tpl), peer_evaluations=block,
-                        n_peers=number_word(len(heard)))
+                        n_peers=number_word(len(shown)))
         message = human_message(prompt, item)
         form = tpl.form(item)
         reply: ModelReply = yield ModelRequest(agent=name, role="area_chair", messages=[message], form=form,
@@ -409,6 +420,6 @@ def _final_judgment(name: str, item: EvalItem, verdict: Verdict, samples: Sequen
                     answer=verdict.answer, evidence=comment_of(samples[chosen].raw))
 
 
-__all__ = ["AREA_CHAIR_MAX_TOKENS", "FEEDBACK_MODES", "PEER_PARAMS", "Peer", "ReferTemplate", "area_chair_params",
-           "area_chair_verdict", "comment_of", "feedback_of", "human_message", "item_slots", "make_area_chair_node",
-           "make_peer_node", "peer_block", "setting_of", "template_for"]
+__all__ = ["AREA_CHAIR_MAX_TOKENS", "FEEDBACK_MODES", "MISSING_PEERS", "PEER_PARAMS", "Peer", "ReferTemplate",
+           "area_chair_params", "area_chair_verdict", "comment_of", "feedback_of", "human_message", "item_slots",
+           "make_area_chair_node", "make_peer_node", "peer_block", "setting_of", "template_for"]

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
+from jurygraph.judging.aggregation import CODE_ATTEMPTS, UNREADABLE_RULES, UnreadableRule
 from jurygraph.judging.aspects import Aspect, get_aspect, scale_of
 from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, TaskKind, as_item, format_number
@@ -119,7 +120,7 @@ class ChatEvalTemplate:
 
 def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Sequence[str],
                       buffered: bool, template: ChatEvalTemplate | None = None,
-                      record_round: bool = False) -> RunnableLambda:
+                      record_round: bool = False, unreadable: UnreadableRule | str = "missing") -> RunnableLambda:
     """A node where ``referee`` speaks at ``turn``.
 
     ``buffered`` (simultaneous talk): the message goes to the round buffer and is delivered to the
@@ -127,7 +128,15 @@ def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Seq
     (one-by-one). On the ``final`` turn the referee's judgment is read from its reply. ``record_round``
     (judgments asked every round) also appends it, with its round, to ``round_judgments``: ``judgments``
     keeps the latest only, and the panel diagnostics read how each referee moved between rounds.
+
+    An unreadable judgment (``unreadable``): ``"missing"`` (jurygraph) re-asks once with the format reminder,
+    then records it missing; ``"code"`` (the released code, ``BaseAgent.max_retry``) sends the same prompt again,
+    up to :data:`~jurygraph.judging.aggregation.CODE_ATTEMPTS` requests in all, and if none can be read the
+    referee's message is empty, as the code's, and its judgment missing (its raw text the last reply).
     """
+    if unreadable not in UNREADABLE_RULES:
+        raise ValueError(f"unknown unreadable-judgment rule {unreadable!r}; "
+                         f"choose one of {', '.join(UNREADABLE_RULES)}")
     frame = template or ChatEvalTemplate()
     listeners = tuple(audience)
 
@@ -135,9 +144,22 @@ def make_referee_node(referee: Referee, turn: int, *, final: bool, audience: Seq
         item = as_item(state["item"])
         history = (state.get("histories") or {}).get(referee.name, [])
         prompt, form = frame.build(item, referee, history, final)
-        reply = yield ModelRequest(agent=referee.name, role="referee", messages=[HumanMessage(prompt)], form=form,
-                                   params=dict(CHATEVAL_PARAMS))
-        message = spoken(reply.message, turn)
+        request = ModelRequest(agent=referee.name, role="referee", messages=[HumanMessage(prompt)], form=form,
+                               params=dict(CHATEVAL_PARAMS))
+        if form is None or unreadable == "missing":
+            reply = yield request
+            said = reply.message
+        else:  # the same prompt again, each attempt its own cache entry
+            for attempt in range(CODE_ATTEMPTS):
+                reply = yield replace(request, reasks=0, sample_index=attempt)
+                if reply.judgment is not None and not reply.judgment.missing:
+                    break
+            if reply.judgment is not None and reply.judgment.missing:  # none could be read: as the code, nothing said
+                reply.judgment = reply.judgment.model_copy(update={"attempts": CODE_ATTEMPTS})
+                said = reply.message.model_copy(update={"content": ""})
+            else:
+                said = reply.message
+        message = spoken(said, turn)
         update: dict[str, Any] = {"turn": turn}
         if buffered:
             update["round_buffer"] = {referee.name: message}

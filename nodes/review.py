@@ -79,15 +79,15 @@ def read_review(answer: Any, item: EvalItem) -> dict[str, Any]:
 
 def review_request(state: Mapping[str, Any], conditions: Sequence[Condition] = ()) -> dict[str, Any]:
     """What the review node shows the person (the ``interrupt()`` value): the item, the verdict that would stand and
-    the panel's own, the doubt signals and the conditions that sent it here, the human label if any, the transcript
-    and what an answer may be."""
+    the panel's own, the doubt signals and the conditions that sent it here, the transcript and what an answer may be.
+    Never the item's human label: the reviewer is measured against it."""
     item = as_item(state["item"])
     signals = doubt_signals(state)
     return {
         "item_id": item.id, "task": item.task.value, "expects": expected_answer(item),
         "verdict": state.get("verdict"), "panel_verdict": panel_verdict(state), "doubt": signals,
         "review_when": [c.text for c in conditions], "triggered_by": triggered(conditions, signals),
-        "human": item.human, "transcript": transcript_data(dict(state)),
+        "transcript": transcript_data(dict(state)),
     }
 
 

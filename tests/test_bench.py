@@ -110,7 +110,8 @@ def test_bench_faireval_accuracy_kappa_and_confusion(
                                               "The score of Assistant 1: 8\nThe score of Assistant 2: 6")
     out = tmp_path / "bench"
     code = main(["bench", "--dataset", "faireval", "--limit", "20",
-                 "--method", f"ChatGPT(MA)=--protocol chateval --turns 1 --model fake --base-url {server.base_url}",
+                 "--method", f"ChatGPT(MA)=--protocol chateval --turns 1 --no-calibrate --model fake --base-url "
+                             f"{server.base_url}",
                  "--resamples", "50", "--out", str(out), "--quiet"])
     assert code == 0
     humans = [item.human["label"] for item in load_faireval().items[:20]]

@@ -12,6 +12,7 @@ import pytest
 
 from jurygraph.cli import main
 from jurygraph.running.budget import Budget, Spend, SpendMeter
+from jurygraph.running.ledger import Ledger
 from jurygraph.running.rundir import read_results
 
 REPLY = "Evaluation evidence: both are fine.\nThe score of Assistant 1: 8\nThe score of Assistant 2: 6"
@@ -82,20 +83,54 @@ def test_a_cost_budget_needs_a_price(openai_server, tmp_path: Path, capsys) -> N
 
 
 def test_an_item_in_flight_keeps_its_reserve_less_what_it_spent(tmp_path: Path) -> None:
-    meter = SpendMeter(tmp_path)
-    budget = Budget(max_total_tokens=1150, reserve=Spend(input_tokens=300, output_tokens=100))
-    assert budget.admits(meter)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    meter = SpendMeter(ledger, out=tmp_path)
+    reserve = Spend(requests=1, input_tokens=300, output_tokens=100)
+    budget = Budget(max_total_tokens=1150, reserves={"a": reserve, "b": reserve})
+    assert budget.admits(meter, reserve)
     meter.started("a")
     meter.started("b")
-    assert not budget.admits(meter)  # 0 spent + 2 x 400 in flight + 400 > 1150
+    assert not budget.admits(meter, reserve)  # 0 spent + 2 x 400 in flight + 400 > 1150
     meter.paid("a", {"x": {"model": "m", "requests": 1, "input_tokens": 350, "output_tokens": 0}})
-    assert not budget.admits(meter)  # 350 spent + (50 + 400) in flight + 400
-    budget.note(meter.finished("a"))  # a spent 350 (the reserve stays 400): 350 + 400 + 400
-    assert budget.admits(meter)
+    assert not budget.admits(meter, reserve)  # 350 spent + (50 + 400) in flight + 400
+    meter.finished("a")  # a spent 350: 350 + 400 + 400
+    assert budget.admits(meter, reserve)
     meter.paid("b", {"x": {"model": "m", "requests": 1, "input_tokens": 500, "output_tokens": 0}})
-    assert not budget.admits(meter)  # b went past its reserve: what it spent counts as it is: 850 + 0 + 400
-    budget.note(meter.finished("b"))
-    assert budget.reserve is not None and budget.reserve.tokens == 500  # the most an item spent
-    meter.save()
+    assert not budget.admits(meter, reserve)  # b went past its reserve: what it spent counts as it is: 850 + 0 + 400
+    assert budget.admits(meter, Spend(requests=1, input_tokens=300))  # a smaller item still fits: 850 + 300
+    meter.close()  # spend.json follows the ledger (a thread writes it); close() waits for the last figures
     assert json.loads((tmp_path / "spend.json").read_text())["input_tokens"] == 850
-    assert SpendMeter(tmp_path).total.input_tokens == 850  # the next invocation starts from there
+    ledger.close()
+    again = Ledger(tmp_path / "ledger.sqlite", invocation=1)
+    assert SpendMeter(again).total.input_tokens == 850  # the next invocation starts from there
+
+
+def test_an_item_s_reserve_is_its_own_and_rendering_is_spared_far_from_the_limit(tmp_path: Path) -> None:
+    """Each item is priced from itself: a long one is rendered (and held back if it alone passes the budget); far
+    from the limit an item no longer than one rendered takes that one's reserve; near the limit every item is
+    rendered."""
+    from jurygraph.judging.items import EvalItem
+
+    rendered: list[str] = []
+
+    def price(item: EvalItem) -> Spend:
+        rendered.append(item.id)
+        tokens = len(item.response or "") // 4 + 500
+        return Spend(requests=4, input_tokens=tokens, output_tokens=100)
+
+    def item(item_id: str, words: int) -> EvalItem:
+        return EvalItem(id=item_id, task="score", source="Article.", response="word " * words,
+                        scale={"low": 1, "high": 5})
+
+    meter = SpendMeter(Ledger(tmp_path / "ledger.sqlite"), out=tmp_path)
+    budget = Budget(max_total_tokens=100_000, price_item=price)
+    first = budget.reserve_for(item("a", 100), meter)
+    assert first is not None and rendered == ["a"] and first.tokens == round((125 + 500 + 100) * 1.25)
+    budget.started("a")
+    assert budget.reserve_for(item("b", 50), meter) == first and rendered == ["a"]  # no longer: a's reserve
+    giant = budget.reserve_for(item("c", 200_000), meter)
+    assert rendered == ["a", "c"] and giant is not None and not budget.fits_alone(giant)
+    small = budget.reserve_for(item("d", 80), meter)
+    assert small == first  # the shortest rendered item at least as long: a, not the giant
+    meter.paid("x", {"x": {"model": "m", "requests": 1, "input_tokens": 99_000, "output_tokens": 0}})
+    assert budget.reserve_for(item("e", 10), meter) is not None and rendered[-1] == "e"  # near the limit: its own

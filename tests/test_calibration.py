@@ -106,6 +106,31 @@ def test_bpc_wraps_the_ensemble() -> None:
     assert verdict_of(out).score_1 == 6.5  # type: ignore[union-attr]
 
 
+def test_bpc_pools_every_referees_vote_when_the_protocol_votes() -> None:
+    """Issue 29 item 1: with a majority vote, BPC pools the referees' votes of both orders (read in the original
+    order) rather than averaging the two orders' scores, or voting the two orders' verdicts (which would tie)."""
+    # each referee's scores for (ANSWER-A, ANSWER-B) in each order (original, swapped)
+    prefers = {"General Public": ((8, 5), (5, 8)), "Critic": ((7, 6), (6, 6)), "News Author": ((4, 9), (3, 9))}
+
+    def respond(prompt: str, messages: Sequence[BaseMessage]) -> str:
+        original, swapped = prefers[talker(prompt)]
+        a, b = original if first_answer(prompt) == "ANSWER-A" else swapped
+        return pairwise_reply(a, b) if first_answer(prompt) == "ANSWER-A" else pairwise_reply(b, a)
+
+    out = run(calibrate(create_ensemble(referees=3, method="majority"), "bpc"), FakeJudge(respond=respond))
+    runs = out["runs"]
+    # the original order votes 1, 1, 2 -> "1"; the swapped order, read back, votes 2, tie, 2 -> "2"
+    assert runs["original_order"]["verdict"]["label"] == "1"
+    assert runs["swapped_order"]["verdict_in_original_order"]["label"] == "2"
+    verdict = verdict_of(out)
+    assert verdict is not None and verdict.method == "balanced position calibration: pooled votes"
+    assert (verdict.label, verdict.votes) == ("2", {"1": 2, "2": 3, "tie": 1})
+    assert verdict.detail["runs"]["swapped_order"]["votes"] == {"2": 2, "tie": 1}
+    # the same replies averaged (the default) follow the scores: A 33/6 = 5.5, B 43/6 > 7
+    mean = verdict_of(run(calibrate(create_ensemble(referees=3), "bpc"), FakeJudge(respond=respond)))
+    assert mean is not None and mean.method == "balanced position calibration: mean scores" and mean.votes is None
+
+
 def test_mec_samples_k_distinct_runs_at_temperature_1_through_the_local_server(openai_server, tmp_path: Path) -> None:
     scores = iter([(9, 2), (6, 5), (3, 4), (1, 1)])
     server = openai_server(lambda request, i: pairwise_reply(*next(scores)))

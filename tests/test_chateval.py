@@ -162,6 +162,31 @@ def test_scores_are_averaged_for_scoring_tasks() -> None:
     assert "Engagingness - Is the response dull or interesting?" in prompt
 
 
+def test_the_released_code_s_unreadable_rule_ties_only_pairwise_items() -> None:
+    """``unreadable="code"``: the same final prompt up to 3 times; a pairwise item with an unreadable judgment is a
+    tie, a score item keeps the judgment missing (the code's scoring has no tie for scores)."""
+    item = EvalItem(id="tc-1", task="score", dataset="topical-chat", aspect="engagingness", scale={"low": 1, "high": 3},
+                    source="a: hi\nb: hello", context="cats purr", response="did you know cats purr?")
+
+    def respond(prompt: str, messages: Sequence[BaseMessage]) -> str:
+        if FINAL not in prompt:
+            return "hmm"
+        return "no idea" if speaker(prompt) == "General Public" else "Engagingness: 2"
+
+    model = FakeJudge(respond=respond)
+    verdict = verdict_of(run(create_chateval(unreadable="code"), model, item))
+    assert verdict is not None and (verdict.score, verdict.n_missing, verdict.method) == (2.0, 1, "mean")
+    assert len([p for p in prompts_of(model, "General Public") if FINAL in p]) == 3
+
+    def respond_pairwise(prompt: str, messages: Sequence[BaseMessage]) -> str:
+        return pairwise_reply(6, 9) if FINAL in prompt and speaker(prompt) == "Critic" else respond(prompt, messages)
+
+    pairwise = verdict_of(run(create_chateval(unreadable="code"), FakeJudge(respond=respond_pairwise)))
+    assert pairwise is not None and (pairwise.label, pairwise.detail["unreadable_tie"]) == ("tie", ["General Public"])
+    with pytest.raises(ValueError, match="unreadable"):
+        create_chateval(unreadable="tie")
+
+
 def test_each_referee_uses_its_own_model() -> None:
     gp_model, critic_model = FakeJudge(respond=scripted()), FakeJudge(respond=scripted())
     graph = create_chateval().compile()

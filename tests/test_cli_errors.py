@@ -4,6 +4,10 @@ within seconds (never minutes of retries on a 401/404); and the rough edges of i
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,3 +120,81 @@ def test_repeated_item_ids_are_named_before_anything_runs(tmp_path: Path,
     assert code == 2
     assert_one_line(err, "item ids must be unique within a run; repeated: x, y")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_score_table_without_a_scale_says_what_to_add_and_scale_gives_it(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28: 'a score item needs 'scale'' named no column; now every skipped row says how to give its scale, and
+    --scale gives all of them one (saved with the run, so a resume keeps it)."""
+    data = tmp_path / "ratings.csv"
+    data.write_text("id,summary,rating\ns1,A fine summary.,4\ns2,A poor one.,2\n")
+    server = openai_server(lambda request, i: "Coherence: 4")
+    out = tmp_path / "run"
+    argv = ["eval", "--protocol", "single", "--dataset", str(data), "--task", "score", "--aspect", "coherence",
+            "--map", "response=summary", "--map", "human.coherence=rating", "--model", "judge", "--base-url",
+            server.base_url, "--out", str(out), "--quiet"]
+    code, err, _ = run_cli(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 3 and lines[-1] == f"jurygraph: {data}: no judgeable rows (2 skipped, reasons above)"
+    for line, item in zip(lines, ("s1", "s2"), strict=False):
+        assert line.startswith(f"jurygraph: skipped {data}, row ") and f"item {item!r}: a score item needs 'scale': " \
+            "add columns scale_low and scale_high, map yours with --map scale_low=COLUMN --map scale_high=COLUMN, " \
+            "or give every row one with --scale LOW-HIGH (e.g. --scale 1-5)" in line, line
+    assert server.requests == []
+    assert main([*argv, "--scale", "1-5"]) == 0
+    assert [r["id"] for r in read_results(out)] == ["s1", "s2"]
+    assert json.loads((out / "manifest.json").read_text())["cli"]["scale"] == "1-5"
+    assert main(["eval", "--resume", str(out), "--quiet"]) == 0  # --scale restored from the manifest
+    code, err, _ = run_cli(["eval", "--dataset", "faireval", "--scale", "1-5", "--model", "judge", "--base-url",
+                            server.base_url, "--out", str(tmp_path / "other"), "--quiet"], capsys)
+    assert code == 2
+    assert_one_line(err, "--scale 1-5 gives the rows of a JSONL/CSV score table (--task score) their scale")
+
+
+# --- output to a reader that went away (`jurygraph show RUN ID | head -3`): quiet, as Unix tools are ---
+
+
+def closed_pipe_run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``jurygraph ARGS`` with stdout a pipe whose reader is gone before anything is written (what `| head` leaves
+    once it has its lines), so the first write fails for sure."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run([sys.executable, "-m", "jurygraph.cli", *args], stdout=writer, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(writer)
+
+
+def test_a_closed_pipe_ends_a_command_quietly_with_sigpipes_status(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path) -> None:
+    server = openai_server()
+    out = tmp_path / "run"
+    argv = ["eval", "--protocol", "single", "--dataset", "faireval", "--limit", "3", "--model", "judge",
+            "--base-url", server.base_url, "--out", str(out), "--quiet"]
+    # an eval whose reader went away still finishes and records the run: results, manifest; the summary goes nowhere
+    done = closed_pipe_run(argv)
+    assert (done.returncode, done.stderr) == (128 + signal.SIGPIPE, "")
+    assert [r["status"] for r in read_results(out)] == ["ok"] * 3
+    assert json.loads((out / "manifest.json").read_text())["counts"]["done"] == 3
+    sent = len(server.requests)
+    assert sent == 6 and main(["eval", "--resume", str(out), "--quiet"]) == 0 and len(server.requests) == sent
+    for command in (["show", str(out), "0"], ["show", str(out), "0", "--json"], ["metaeval", str(out)],
+                    [*argv[:-3], "--dry-run"]):
+        ended = closed_pipe_run(command)
+        assert (ended.returncode, ended.stderr) == (128 + signal.SIGPIPE, ""), command
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Only a closed stdout is quiet: a pipe the command itself wrote to (a socket, a child) is one line, exit 2."""
+    import jurygraph.cli.show
+
+    def broken(args: Any) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(jurygraph.cli.show, "cmd_show", broken)
+    code, err, _ = run_cli(["show", "runs/x", "0"], capsys)
+    assert code == 2
+    assert_one_line(err, "jurygraph: Broken pipe")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jurygraph.judging.items import TaskKind
+from jurygraph.judging.items import Scale, TaskKind
 from jurygraph.running.datasets import DatasetError, load_dataset, load_faireval, load_summeval, load_topical_chat
 
 
@@ -120,8 +120,12 @@ def test_jsonl_with_a_mapping_reports_bad_lines(tmp_path: Path) -> None:
                "human.label": "winner"}
     dataset = load_dataset(path, task="pairwise", mapping=mapping)
     assert [(item.id, item.human) for item in dataset] == [("a", {"label": "1"}), ("d", {"label": "tie"})]
-    assert [(e.row, e.field) for e in dataset.errors] == [(2, None), ("3 (qid b)", "answer_b"), ("4 (qid c)", None)]
+    assert [(e.row, e.field) for e in dataset.errors] == [(2, None), ("3 (qid b)", "answer_b"),
+                                                          ("4 (qid c)", "human.label")]
     assert "not valid JSON" in dataset.errors[0].message and "human label 'both'" in dataset.errors[2].message
+    assert "--map response_2=answer_b" in dataset.errors[1].message  # what the column was for, and what the row has
+    assert "this row's columns: qid, prompt, answer_a, winner" in dataset.errors[1].message
+    assert "recode the cell with --map 'human.label[both]=1' (or =2, =tie)" in dataset.errors[2].message
     with pytest.raises(DatasetError, match="needs --task"):
         load_dataset(path)
 
@@ -189,3 +193,47 @@ def test_reverse_swaps_a_pairwise_tables_answers_and_is_refused_for_scores(tmp_p
         load_dataset(path, task="score", reverse=True)
     with pytest.raises(DatasetError, match="summeval rates single texts"):
         load_dataset("summeval", reverse=True)
+
+
+# --- a row that lacks a field says which column, --map or --scale would give it (issue 28) ---
+
+
+def test_a_score_row_without_a_scale_names_the_columns_and_the_option(tmp_path: Path) -> None:
+    path = tmp_path / "ratings.csv"
+    path.write_text("id,text,rating,scale_low,scale_high\na,fine,3,,\nb,,4,,\nc,good,8,0,10\n")
+    dataset = load_dataset(path, task="score", mapping={"response": "text", "human.coherence": "rating"})
+    assert [item.id for item in dataset] == ["c"]
+    first, second = (str(error) for error in dataset.errors)
+    assert first == (f"{path}, row 2 (id a): item 'a': a score item needs 'scale': add columns scale_low and "
+                     "scale_high, map yours with --map scale_low=COLUMN --map scale_high=COLUMN, or give every row "
+                     "one with --scale LOW-HIGH (e.g. --scale 1-5)")
+    assert second.startswith(f"{path}, row 3 (id b): item 'b': a score item needs 'response', 'scale'. response: its "
+                             "column 'text' (--map response=text) is empty in this row; scale: add columns")
+    # --scale gives every row a scale; a row's own bounds win
+    scaled = load_dataset(path, task="score", mapping={"response": "text", "human.coherence": "rating"},
+                          scale=Scale.parse("1-5"))
+    assert {item.id: str(item.scale) for item in scaled} == {"a": "1-5", "c": "0-10"}
+    assert [e.row for e in scaled.errors] == ["3 (id b)"] and "needs 'response':" in str(scaled.errors[0])
+
+
+def test_a_field_no_column_gives_names_the_column_and_the_map(tmp_path: Path) -> None:
+    path = tmp_path / "questions.jsonl"
+    path.write_text(json.dumps({"id": "x", "prompt": "2+2?"}) + "\n")
+    [error] = load_dataset(path, task="choice").errors
+    assert str(error) == (f"{path}, row 1 (id x): item 'x': a choice item needs 'question': add a column "
+                          "'question' or map one with --map question=COLUMN (this row's columns: id, prompt)")
+    assert [item.question for item in load_dataset(path, task="choice", mapping={"question": "prompt"})] == ["2+2?"]
+    with pytest.raises(DatasetError, match=r"--map answer=\.\.\.: 'answer' is not an item field; --map targets: "):
+        load_dataset(path, task="choice", mapping={"answer": "prompt"})
+
+
+@pytest.mark.parametrize(("text", "low", "high"), [("1-5", 1, 5), ("0..1", 0, 1), ("-2-2", -2, 2),
+                                                   ("1.5,4.5", 1.5, 4.5)])
+def test_scale_spellings(text: str, low: float, high: float) -> None:
+    assert (Scale.parse(text).low, Scale.parse(text).high) == (low, high)
+
+
+@pytest.mark.parametrize("text", ["5", "5-1", "a-b", "1-5-7"])
+def test_a_scale_that_is_not_one_says_how_to_write_it(text: str) -> None:
+    with pytest.raises(ValueError, match=r"write LOW-HIGH with LOW below HIGH, e\.g\. --scale 1-5"):
+        Scale.parse(text)

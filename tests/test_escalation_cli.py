@@ -19,7 +19,7 @@ import pytest
 from jurygraph.cli import main
 from jurygraph.judging.items import SWAP_LABEL
 from jurygraph.measuring.coverage import doubt_reports, panel_records
-from jurygraph.running.rundir import read_results, run_lock
+from jurygraph.running.rundir import LOCK, read_results, run_lock
 from jurygraph.testing import pairwise_reply
 from jurygraph.testing.fake_server import prompt_of
 from jurygraph.testing.panel_judges import faireval
@@ -164,6 +164,74 @@ def test_review_pauses_exactly_the_disagreements_and_review_resumes_them(
     before = by_id(out)
     assert main(["eval", "--resume", str(out), "--quiet"]) == 0
     assert by_id(out) == before and len(server.requests) == sent
+
+
+class Answers(io.StringIO):
+    """A reviewer at the keyboard: each answer is typed after what the screen showed so far, which is kept."""
+
+    def __init__(self, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+        super().__init__(text)
+        self.capsys, self.screens = capsys, []
+
+    def readline(self, *args: Any) -> str:
+        self.screens.append(self.capsys.readouterr().out)
+        return super().readline(*args)
+
+
+def test_the_reviewer_sees_the_human_label_only_after_deciding(
+        openai_server, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """metaeval scores a reviewer against the human label: shown before the verdict, it would be copied. Item 1's
+    label is tie, item 3's 2; the reviewer answers 1 to both."""
+    server = openai_server(respond)
+    out = tmp_path / "run"
+    assert main(run_args(server, out, "--review-when", "agreement<1")) == 0
+    capsys.readouterr()
+    typed = Answers("1\n\n1\nnote\nq\n", capsys)
+    monkeypatch.setattr(sys, "stdin", typed)
+    assert main(["review", str(out), "--reviewer", "ada"]) == 0
+    typed.screens.append(capsys.readouterr().out)
+    first, _note, second, _note, third, last = typed.screens
+    for screen in (first, second, third):  # each item as shown up to its verdict question
+        shown = screen[screen.index("\n=== "):]
+        assert "transcript:" in shown and "panel verdict:" in shown and "human" not in shown.lower(), shown
+        assert shown.rstrip().endswith("s = skip, q = quit):")
+    # once decided, the label is shown
+    assert "recorded 1: 1 by ada" in second and "human: label tie" in second.split("\n=== ")[0]
+    assert "recorded 3: 1 by ada" in third and "human: label 2" in third.split("\n=== ")[0]
+    assert "reviewed 2, skipped 0" in last
+    records = by_id(out)
+    assert records["1"]["verdict"]["label"] == "1" and records["3"]["verdict"]["label"] == "1"
+    capsys.readouterr()
+    assert main(["metaeval", str(out), "--json", "--resamples", "0"]) == 0
+    [report] = json.loads(capsys.readouterr().out)["doubt"]
+    assert report["split"]["review"]["n"] == 2 and report["split"]["review"]["agreement"] == 0.0
+
+
+def test_listing_what_waits_only_reads(openai_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`review --list` reads, as `show` and `metaeval` do: it needs no lock while a run or a review writes the
+    directory, and changes nothing."""
+    server = openai_server(respond)
+    out = tmp_path / "run"
+    assert main(run_args(server, out, "--review-when", "agreement<1")) == 0
+
+    def files() -> dict[str, bytes]:  # SQLite's shared-memory index of its write-ahead log is a reader's too
+        return {path.name: path.read_bytes() for path in out.iterdir()
+                if path.is_file() and path.name != LOCK and not path.name.endswith(("-shm", "-wal"))}
+
+    before = files()
+    capsys.readouterr()
+    with run_lock(out):  # another process writes the run
+        assert main(["review", str(out), "--list"]) == 0
+        listed = capsys.readouterr().out
+        assert [line.split("\t")[0] for line in listed.splitlines()[:3]] == sorted(DISAGREE)
+        assert "agreement 0.5" in listed and "3 items await review" in listed
+        assert main(["review", str(out), "--list", "--item", "3"]) == 0
+        assert capsys.readouterr().out.startswith("3\tpanel: label tie")
+        assert main(["review", str(out), "--item", "1", "--verdict", "tie"]) == 2  # deciding still needs the lock
+        assert "is in use by PID" in capsys.readouterr().err
+    assert files() == before
+    assert main(["review", str(out), "--list", "--item", "1", "--verdict", "tie"]) == 2
+    assert "--list only reads the run" in capsys.readouterr().err
 
 
 def test_review_refuses_in_one_line(openai_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

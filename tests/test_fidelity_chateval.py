@@ -245,3 +245,143 @@ def test_n_for_a_single_reply_agent_is_an_error_not_ignored(openai_server) -> No
     with pytest.raises(ValueError, match="single-reply"):
         judge(create_single_agent(), server, gen={"referee": {"n": 3}})
     assert server.requests == []
+
+
+class ByAnswer(Script):
+    """FINAL_SCORES given to the ANSWERS, not to the positions: each referee scores the first FairEval item's
+    response_1 and response_2 the same in both orders (General Public 8-7, Critic 6-9)."""
+
+    def __init__(self, item: EvalItem) -> None:
+        super().__init__()
+        self.item = item
+
+    def __call__(self, request: dict[str, Any], index: int) -> str:
+        prompt = prompt_of(request)
+        if "The score of Assistant 2: [score only]" not in prompt:
+            return super().__call__(request, index)
+        name = speaker_of(prompt)
+        s1, s2 = FINAL_SCORES[name]
+        if prompt.index(self.item.response_2 or "") < prompt.index(self.item.response_1 or ""):
+            s1, s2 = s2, s1  # the swapped order: response_2 is Assistant 1
+        return (f"Evaluation evidence: {name} weighed both.\n"
+                f"The score of Assistant 1: {s1}\nThe score of Assistant 2: {s2}")
+
+
+@pytest.mark.parametrize("protocol, option", [("chateval", ["--aggregate", "majority"]),
+                                              ("ensemble", ["--ensemble-method", "majority"])])
+def test_a_majority_vote_from_the_command_line_takes_effect_under_position_calibration(
+        openai_server, tmp_path: Path, protocol: str, option: list[str]) -> None:
+    """Issue 29, fidelity item 1: the default BPC averaged each order's scores and ignored the vote, so 8-7 / 6-9
+    gave "2" with ``aggregate: majority`` in the manifest. Now the four votes (two referees, two orders) are pooled:
+    two for each answer, a tie."""
+    first = load_faireval().items[0]
+    server = openai_server(ByAnswer(first))
+    out = tmp_path / protocol
+    assert main(["eval", "--protocol", protocol, "--dataset", "faireval", "--limit", "1", "--model", "judge",
+                 "--base-url", server.base_url, "--out", str(out), "--quiet", *option]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["calibrate"] == "bpc"
+    assert manifest["parameters"]["aggregate" if protocol == "chateval" else "method"] == "majority"
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    verdict = record["verdict"]
+    assert verdict["method"] == "balanced position calibration: pooled votes"
+    assert (verdict["label"], verdict["votes"]) == ("tie", {"1": 2, "2": 2})
+    assert {run: entry["votes"] for run, entry in verdict["detail"]["runs"].items()} == {
+        "original_order": {"1": 1, "2": 1}, "swapped_order": {"1": 1, "2": 1}}
+    # the means still say "2": the default (average) gives it, and the vote no longer does
+    assert (verdict["score_1"], verdict["score_2"]) == (7.0, 8.0)
+
+
+class Unreadable(Script):
+    """General Public's final reply never has the answer form; the Critic's is readable (6-9)."""
+
+    def __call__(self, request: dict[str, Any], index: int) -> str:
+        first = request["messages"][0]["content"]
+        if len(request["messages"]) > 1:  # jurygraph's re-ask: still unreadable
+            return "Both answers have merits, really."
+        if FINAL_PROMPT in first and speaker_of(first) == "General Public":
+            return "Both answers have merits."
+        return super().__call__(request, index)
+
+
+def test_an_unreadable_final_reply_is_re_asked_once_and_missing_by_default(openai_server) -> None:
+    """Issue 29, fidelity item 6: jurygraph's rule (a departure from the code, stated in FIDELITY): one re-ask
+    with the format reminder, then the judgment is missing and the verdict is the readable referees'."""
+    server = openai_server(Unreadable())
+    out = judge(create_chateval(), server)
+    firsts = [(r, r["messages"][0]["content"]) for r in server.requests]
+    gp_final = [r for r, first in firsts if FINAL_PROMPT in first and speaker_of(first) == "General Public"]
+    assert len(gp_final) == 2 and len(gp_final[1]["messages"]) == 3  # the prompt, the reply, the reminder
+    assert gp_final[1]["messages"][2]["content"].startswith("Your reply could not be read")
+    verdict = verdict_of(out)
+    assert verdict is not None and (verdict.method, verdict.label, verdict.n_missing) == ("mean", "2", 1)
+    assert (verdict.score_1, verdict.score_2) == (6.0, 9.0)
+
+
+def test_the_released_code_s_rule_sends_the_same_prompt_three_times_and_ties(openai_server) -> None:
+    server = openai_server(Unreadable())
+    out = judge(create_chateval(unreadable="code"), server)
+    gp1 = "[General Public]: General Public turn 1"
+    c1 = "[Critic]: Critic turn 1"
+    same = referee_prompt("General Public", f"{gp1}\n{c1}", final=True)
+    prompts = [prompt_of(r) for r in server.requests]
+    # agentverse's max_retry = 3: the same prompt, no reminder, and the Critic hears the empty message the code
+    # puts in memory when no attempt could be read
+    assert prompts == [
+        referee_prompt("General Public", "", final=False), referee_prompt("Critic", gp1, final=False),
+        same, same, same,
+        referee_prompt("Critic", f"{gp1}\n{c1}\n[General Public]: ", final=True),
+    ]
+    assert all(len(r["messages"]) == 1 for r in server.requests)
+    assert_chateval_settings(server.requests)
+    verdict = verdict_of(out)
+    assert verdict is not None and verdict.label == "tie"
+    assert verdict.method == "unreadable judgment: tie (released code)"
+    assert verdict.detail["unreadable_tie"] == ["General Public"] and verdict.n_missing == 1
+    assert out["judgments"]["General Public"]["missing"] and out["judgments"]["General Public"]["attempts"] == 3
+
+
+class UnreadableByAnswer(ByAnswer):
+    """As ByAnswer, but General Public's final reply (and its re-ask) can never be read."""
+
+    def __call__(self, request: dict[str, Any], index: int) -> str:
+        first = request["messages"][0]["content"]
+        if FINAL_PROMPT in first and speaker_of(first) == "General Public":
+            return "Both answers have merits."
+        return super().__call__(request, index)
+
+
+def test_unreadable_rule_on_the_command_line_and_the_items_counted_by_metaeval(
+        openai_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = load_faireval().items[0]
+    verdicts, finals = {}, {}
+    for rule in ("missing", "code"):
+        server = openai_server(UnreadableByAnswer(first))
+        out = tmp_path / rule
+        assert main(["eval", "--protocol", "chateval", "--dataset", "faireval", "--limit", "1", "--model", "judge",
+                     "--base-url", server.base_url, "--out", str(out), "--quiet", "--unreadable", rule]) == 0
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["parameters"].get("unreadable") == (None if rule == "missing" else "code")
+        (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        verdicts[rule] = record["verdict"]
+        finals[rule] = [r for r in server.requests if FINAL_PROMPT in r["messages"][0]["content"]
+                        and speaker_of(r["messages"][0]["content"]) == "General Public"]
+    # jurygraph's rule: one re-ask per order, then the Critic's judgments decide (6 vs 9 in both orders)
+    assert sorted(len(r["messages"]) for r in finals["missing"]) == [1, 1, 3, 3]
+    assert (verdicts["missing"]["label"], verdicts["missing"]["n_missing"]) == ("2", 2)
+    # the released code's: three times the same prompt per order, then the item is a tie
+    assert [len(r["messages"]) for r in finals["code"]] == [1] * 6
+    assert len({json.dumps(r, sort_keys=True) for r in finals["code"]}) == 2  # one prompt per order, sent 3 times
+    assert verdicts["code"]["label"] == "tie"
+    assert verdicts["code"]["method"] == "balanced position calibration: unreadable judgment: tie (released code)"
+    assert verdicts["code"]["detail"]["unreadable_tie"] == ["original_order", "swapped_order"]
+    # metaeval counts the item with an unreadable judgment under either rule
+    capsys.readouterr()
+    assert main(["metaeval", f"missing={tmp_path / 'missing'}", f"code={tmp_path / 'code'}", "--json",
+                 "--resamples", "0", "--no-panel"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {m["name"]: m["agreement"]["pairwise"]["unreadable"] for m in report["methods"]} == {"missing": 1, "code": 1}
+    assert main(["metaeval", str(tmp_path / "code"), "--resamples", "0", "--no-panel"]) == 0
+    details = capsys.readouterr().out.split("Details:")[1]
+    header, row = details.splitlines()[1], details.splitlines()[3]
+    assert row.split()[header.split().index("Unreadable")] == "1"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from jurygraph import JuryContext, create_analyze_rate, create_geval, verdict_of
+from jurygraph.cli import main
 from jurygraph.running.datasets import load_dataset
 
 FIXTURES = Path(__file__).parent / "data" / "fidelity"
@@ -58,7 +59,26 @@ def test_geval_default_sends_the_released_prompt_with_the_paper_s_sampling(opena
     params = SETTINGS["params"]
     assert (request["n"], request["temperature"], request["top_p"]) == (params["n"], params["temperature"],
                                                                         params["top_p"])
-    assert "max_completion_tokens" not in request and "max_tokens" not in request and not request.get("logprobs")
+    # the paper gives no max_tokens; the released gpt4_eval.py sends 5 (issue 29, fidelity item 3)
+    assert request["max_completion_tokens"] == params["max_tokens"] == SETTINGS["released_code"]["max_tokens"]
+    assert "max_tokens" not in request and not request.get("logprobs")
+
+
+def test_geval_max_tokens_is_lifted_by_the_factory_or_by_gen(openai_server, tmp_path: Path) -> None:
+    item = load_dataset("summeval", aspect="coherence").items[0]
+    server = openai_server(lambda request, i: "3")
+    create_geval(max_tokens=None).compile().invoke({"item": item}, context=context(server.base_url))
+    assert "max_completion_tokens" not in only_request(server)
+    # on the command line: --gen, recorded in the manifest's gen and generation
+    cli = openai_server(lambda request, i: "3")
+    out = tmp_path / "run"
+    assert main(["eval", "--protocol", "geval", "--dataset", "summeval", "--aspect", "coherence", "--limit", "1",
+                 "--model", "gpt-4-0613", "--base-url", cli.base_url, "--out", str(out), "--quiet",
+                 "--gen", "G-Eval.max_tokens=none"]) == 0
+    assert "max_completion_tokens" not in only_request(cli)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["gen"] == {"G-Eval": {"max_tokens": None}}
+    assert manifest["generation"]["G-Eval"]["max_tokens"] is None
 
 
 # samples G-Eval's own script reads; ours must give the same mean
@@ -80,8 +100,14 @@ def test_geval_reads_an_aspect_line_and_drops_what_g_eval_would_score_0(openai_s
     replies = ["- Coherence: 2", "The summary is fine.", "4", "9"]  # G-Eval: 0, 0, 4, 9
     server = openai_server(lambda request, i: replies[i])
     verdict = verdict_of(create_geval(n=4).compile().invoke({"item": item}, context=context(server.base_url)))
+    # the off-scale 9 is kept as G-Eval's script keeps it (issue 29, fidelity item 4); what it scores 0 is missing
+    assert verdict is not None and verdict.detail["scores"] == [2.0, None, 4.0, 9.0]
+    assert verdict.score == 5.0 and verdict.n_missing == 1 and verdict.detail["off_scale"] == 1
+    option = openai_server(lambda request, i: replies[i])
+    verdict = verdict_of(create_geval(n=4, off_scale="drop").compile().invoke({"item": item},
+                                                                              context=context(option.base_url)))
     assert verdict is not None and verdict.detail["scores"] == [2.0, None, 4.0, None]
-    assert verdict.score == 3.0 and verdict.n_missing == 2
+    assert verdict.score == 3.0 and verdict.n_missing == 2 and "off_scale" not in verdict.detail
 
 
 def test_geval_fluency_is_rated_1_to_3_as_released_and_1_to_5_as_an_option(openai_server) -> None:
@@ -90,7 +116,9 @@ def test_geval_fluency_is_rated_1_to_3_as_released_and_1_to_5_as_an_option(opena
     server = openai_server(lambda request, i: replies[i])
     verdict = verdict_of(create_geval(n=3).compile().invoke({"item": item}, context=context(server.base_url)))
     assert server.requests[0]["messages"][0]["content"].endswith("- Fluency (1-3):")
-    assert verdict is not None and verdict.detail["scores"] == [3.0, 2.0, None]  # 5 is off the prompt's scale
+    # 5 is off the prompt's 1-3 scale: kept, as G-Eval's meta_eval_summeval.py keeps the number, and counted
+    assert verdict is not None and verdict.detail["scores"] == [3.0, 2.0, 5.0] and verdict.detail["off_scale"] == 1
+    assert verdict.score == pytest.approx(parse_output("3") / 3 + parse_output("2") / 3 + parse_output("5") / 3)
     option = openai_server(lambda request, i: replies[i])
     verdict = verdict_of(create_geval(n=3, fluency_scale=5).compile().invoke({"item": item},
                                                                               context=context(option.base_url)))
@@ -137,3 +165,18 @@ def test_analyze_rate_sends_g_eval_s_prompt_with_its_form_and_settings(openai_se
     assert (request["n"], request["temperature"], request["top_p"], request["max_completion_tokens"]) == (
         params["n"], params["temperature"], params["top_p"], params["max_tokens"])
     assert verdict is not None and verdict.score == pytest.approx(fmean(1 + i % 5 for i in range(20)))
+
+
+def test_off_scale_drop_on_the_command_line_is_recorded_and_takes_effect(openai_server, tmp_path: Path) -> None:
+    server = openai_server(lambda request, i: "5")  # off the released fluency prompt's 1-3 scale
+    runs = {}
+    for name, option in (("keep", []), ("drop", ["--off-scale", "drop"])):
+        out = tmp_path / name
+        assert main(["eval", "--protocol", "geval", "--dataset", "summeval", "--aspect", "fluency", "--limit", "1",
+                     "--samples", "2", "--model", "gpt-4-0613", "--base-url", server.base_url, "--out", str(out),
+                     "--quiet", "--no-cache", *option]) == 0
+        manifest = json.loads((out / "manifest.json").read_text())
+        (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        runs[name] = (manifest["parameters"].get("off_scale"), record["verdict"])
+    assert runs["keep"][0] is None and runs["keep"][1]["score"] == 5.0 and runs["keep"][1]["detail"]["off_scale"] == 2
+    assert runs["drop"][0] == "drop" and runs["drop"][1]["missing"] and runs["drop"][1]["n_missing"] == 2

@@ -1,6 +1,6 @@
 """Fidelity of ReFeR: the generation parameters each role sends through the local server (Appendix C,
 fixture ``data/fidelity/refer/appendix_c.json``) for NLG, multimodal and reasoning items, Turbo and Lite
-(and Lite as the released scripts compute it), and the area chair's aggregation on scripted replies."""
+(and Lite from Turbo's samples, jurygraph's option), and the area chair's aggregation on scripted replies."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from jurygraph import EvalItem, JuryContext, ModelSpec, create_refer, verdict_of
 from jurygraph.cli import main
 from jurygraph.running.datasets import load_dataset
-from jurygraph.testing.fake_server import prompt_of
+from jurygraph.testing.fake_server import Faults, prompt_of
 
 APPENDIX_C = json.loads((Path(__file__).parent / "data" / "fidelity" / "refer" / "appendix_c.json")
                         .read_text(encoding="utf-8"))
@@ -146,3 +146,42 @@ def test_cli_records_the_lite_choice_in_the_manifest(openai_server, tmp_path: Pa
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["parameters"]["lite_from_turbo"] is True and manifest["parameters"]["variant"] == "lite"
     assert main([*args, "--variant", "turbo", "--lite-from-turbo", "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_a_failed_peer_is_a_blank_evaluation_and_the_count_of_models_is_kept(openai_server, tmp_path: Path) -> None:
+    """Issue 29, fidelity item 5: the released script passes " " for a failed peer and keeps the count; jurygraph
+    left the peer out, so the area chair's prompt said "two" models. The option keeps that behaviour."""
+    item = load_dataset("topical-chat", aspect="engagingness").items[0]
+    healthy = openai_server(responder)
+    create_refer(variant="lite").compile().invoke({"item": item}, context=context(healthy.base_url))
+    _, reference = split(healthy)
+    full = prompt_of(reference)
+    assert "initial evaluations from three large language models" in full
+    assert "First Assistant’s Evaluation: 2\n\nSecond Assistant’s Evaluation: 2\n\nThird Assistant’s Evaluation: 2" \
+        in full
+
+    server = openai_server(responder)
+    broken = openai_server(responder, faults=Faults(rate_500=1.0))
+    url = server.base_url
+    args = ["eval", "--protocol", "refer", "--variant", "lite", "--area-chair", f"openai:chair@{url}",
+            "--peers", f"openai:peer1@{url},openai:peer2@{broken.base_url},openai:peer3@{url}",
+            "--dataset", "topical-chat", "--aspect", "engagingness", "--limit", "1", "--quiet", "--no-cache",
+            "--max-retries", "0"]
+    assert main([*args, "--out", str(tmp_path / "blank")]) == 0
+    _, chair = split(server)
+    # the same request as with three healthy peers, the second evaluation a blank
+    assert prompt_of(chair) == full.replace("Second Assistant’s Evaluation: 2", "Second Assistant’s Evaluation:  ")
+    assert sent(chair) == sent(reference)
+    (record,) = [json.loads(line) for line in (tmp_path / "blank" / "results.jsonl").read_text().splitlines()]
+    assert record["verdict"]["detail"]["missing_peers"].keys() == {"peer_2"}
+    manifest = json.loads((tmp_path / "blank" / "manifest.json").read_text())
+    assert "missing_peers" not in manifest["parameters"]
+
+    server.requests.clear()
+    assert main([*args, "--missing-peers", "omit", "--out", str(tmp_path / "omit")]) == 0
+    _, chair = split(server)
+    omitted = full.replace("three large language models", "two large language models").replace(
+        "Second Assistant’s Evaluation: 2\n\nThird Assistant’s Evaluation: 2", "Second Assistant’s Evaluation: 2")
+    assert prompt_of(chair) == omitted
+    manifest = json.loads((tmp_path / "omit" / "manifest.json").read_text())
+    assert manifest["parameters"]["missing_peers"] == "omit"

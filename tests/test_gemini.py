@@ -170,6 +170,35 @@ def test_chateval_with_a_gemini_referee_hears_the_other_one(openai_server, gemin
     assert_no_key_in(out)
 
 
+def test_server_urls_with_a_query_keep_it_for_both_providers(openai_server, gemini_server, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``?key=`` on a Gemini endpoint and ``?api_key=`` on an OpenAI-compatible proxy reach their servers on the
+    right path with the query kept; neither credential is stored or printed."""
+    reply = "Evidence: x.\nThe score of Assistant 1: 7\nThe score of Assistant 2: 4"
+    public, critic = openai_server(lambda request, i: reply), gemini_server(lambda request, i: reply)
+    out = tmp_path / "run"
+    code = main(["eval", "--protocol", "chateval", "--turns", "1", "--no-calibrate", "--model", "openai:public",
+                 "--base-url", f"{public.base_url}?api_key=PROXY-SECRET",
+                 "--models", f"Critic=google_genai:{GEMINI}@{critic.base_url}/?key=GEMINI-SECRET",
+                 "--dataset", "faireval", "--limit", "1", "--out", str(out)])
+    assert code == 0
+    assert public.paths == ["/v1/chat/completions?api_key=PROXY-SECRET"]
+    assert unversioned(critic.paths) == [f"{ENDPOINT}?key=GEMINI-SECRET"]
+    (record,) = read_results(out)
+    assert record["usage"]["Critic"]["model"] == f"google_genai:{GEMINI}@{critic.base_url}/?key=***"
+    printed = "".join(capsys.readouterr())
+    for path in (p for p in out.rglob("*") if p.is_file()):
+        assert b"-SECRET" not in path.read_bytes(), path.name
+    assert "-SECRET" not in printed
+    assert_no_key_in(out)
+    # never stored, so a resume asks for both again, and takes them when given
+    assert main(["eval", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the run's --base-url and --models had credentials" in err and "-SECRET" not in err
+    assert main(["eval", "--resume", str(out), "--quiet", "--base-url", f"{public.base_url}?api_key=PROXY-SECRET",
+                 "--models", f"Critic=google_genai:{GEMINI}@{critic.base_url}/?key=GEMINI-SECRET"]) == 0
+
+
 # --- DEBATE: an OpenAI-compatible Scorer, a Gemini Critic ---
 
 def test_debate_with_a_gemini_critic(openai_server, gemini_server, tmp_path: Path) -> None:

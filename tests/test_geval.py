@@ -99,11 +99,19 @@ def test_geval_reads_samples_as_its_own_script_does(reply: str, score: float) ->
 
 
 @pytest.mark.parametrize(("reply", "reason"), [
-    ("The summary is fine.", "no score where the form asks"), ("7", "outside the prompt's scale 1-5"),
-    ("...", "not a number")])
+    ("The summary is fine.", "no score where the form asks"), ("...", "not a number")])
 def test_geval_unreadable_samples_are_missing_with_the_reason(reply: str, reason: str) -> None:
     judgment = read_reply(RATING_FORM, "geval", "G-Eval #1", reply)
     assert judgment.missing and reason in (judgment.reason or "") and judgment.score is None
+
+
+def test_geval_an_off_scale_score_is_kept_by_default_and_dropped_on_request() -> None:
+    kept = read_reply(RATING_FORM, "geval", "G-Eval #1", "7")
+    assert not kept.missing and kept.score == 7.0  # as meta_eval_summeval.py keeps the number
+    dropped = read_reply(RATING_FORM, "geval", "G-Eval #1", "7", off_scale="drop")
+    assert dropped.missing and "outside the prompt's scale 1-5" in (dropped.reason or "")
+    with pytest.raises(ValueError, match="off-scale"):
+        create_geval(off_scale="clip")
 
 
 def test_geval_prompt_follows_the_published_structure() -> None:

@@ -15,8 +15,8 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from jurygraph import EvalItem, JuryContext, verdict_of
 from jurygraph.cli import main
 from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
-from jurygraph.graphs.devil import create_chateval_devil
-from jurygraph.graphs.peer_discussion import create_refer_discussion
+from jurygraph.graphs.chateval import create_chateval_devil
+from jurygraph.graphs.refer import create_refer_discussion
 from jurygraph.nodes.debate import debate_prompt
 from jurygraph.nodes.devil import DEVIL
 from jurygraph.running.datasets import load_dataset

@@ -39,3 +39,11 @@ def test_a_run_made_before_the_regrouping_resumes(openai_server, tmp_path: Path)
     assert after["1"]["usage"]["General Public"]["requests"] == 2
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["protocol"] == "chateval" and manifest["cli"]["protocol_args"]["calibrate"] is None
+    # the run had no spend ledger: its cache's 6 answers (the calls the first invocation paid) seed it, so the
+    # spend and the totals count both invocations' calls
+    spend = json.loads((out / "spend.json").read_text())
+    assert spend["requests"] == 6 + 6 and spend["cost_usd"] is None
+    assert manifest["counts"]["requests"] == 12 and manifest["counts"]["done"] == 3
+    assert manifest["usage_by_agent"]["(paid before the ledger)"]["requests"] == 6
+    assert [i["counts"]["requests"] for i in manifest["invocations"] if i.get("counts")] == [6]
+    assert manifest["dataset"]["sha256"] == "c53e32890ddf8760fb4c1a07a59b404e4dcf925ca4a713e2bbcca8783e1789d7"

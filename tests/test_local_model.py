@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +128,7 @@ def test_the_embedded_model_answers_one_short_call_in_a_child_process() -> None:
     # a child process, so that a llama.cpp crash fails this test with the signal named instead of killing pytest
     code = """
 import json
+import re
 from langchain_core.messages import HumanMessage
 from jurygraph.llm.local_model import load_local_model
 reply = load_local_model(max_tokens=8).invoke([HumanMessage("Say hello.")])
@@ -178,3 +180,84 @@ def test_demo_and_eval_say_in_one_line_that_the_model_crashed_before_any_item(
 
     with pytest.raises(local_model.LocalModelUnusable, match="SIGSEGV"):
         LocalChatModel(model_path=local_model.weights_path()).invoke("hi")  # in a library too: an error, no crash
+
+
+# --- `jurygraph demo`: a compact transcript and the verdicts, not screens of the model's text (issue 28) ---
+
+RAMBLE = ("I'm glad you asked!\n\n1) The system will continue as planned for now; however we have a new task that "
+          "requires our attention.\n\n2) " + "More words, and more. " * 40)
+
+
+class Rambler(StandIn):
+    """A smoke-test model's habits: screens of free text in turn 1, a JSON judgment (with raw newlines) in turn 2."""
+
+    def handle_chat_completions(self, request: dict[str, Any], on_part: Any = None) -> Any:
+        self.calls.append(request)
+        text = ('{\n  "evidence": "[Your Explanation Here]",\n\n  "score_assistant_1" :\n  9,\n  "score_assistant_2" '
+                ':\n 4 }') if request.get("response_format") else RAMBLE
+        usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        for word in re.split(r"(?<=\s)", text):  # token by token, whitespace kept as the model emits it
+            on_part({"choices": [{"delta": {"content": word}}]})
+        on_part({"choices": [], "usage": usage})
+        return None
+
+
+@pytest.fixture
+def rambling_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Rambler:
+    """The embedded model 'installed', its llama.cpp engine a stand-in that rambles as SmolLM2 does."""
+    weights = tmp_path / "model.gguf"
+    weights.write_bytes(b"GGUF")
+    engine = Rambler()
+    monkeypatch.setattr(local_model, "local_model_available", lambda: True)
+    monkeypatch.setattr("jurygraph.cli.demo.local_model_available", lambda: True)
+    monkeypatch.setattr("jurygraph.cli.demo.check_local_model", lambda: None)
+    monkeypatch.setattr(local_model, "check_local_model", lambda path=None: None)
+    monkeypatch.setattr(local_model, "weights_path", lambda: str(weights))
+    monkeypatch.setattr(local_model, "_server", lambda path, n_ctx: engine)
+    monkeypatch.setenv("COLUMNS", "90")
+    return engine
+
+
+def test_the_demo_shows_a_line_per_message_and_each_verdict_then_where_the_full_text_is(
+        rambling_model: Rambler, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--items", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    assert len(rambling_model.calls) == 8
+    first = lines.index("item 0")
+    block = lines[first:first + 6]
+    speakers = ["General Public (turn 1)", "Critic (turn 1)", "General Public (turn 2)", "Critic (turn 2)"]
+    for line, speaker in zip(block[1:5], speakers, strict=True):
+        assert line.startswith(f"  {speaker}: ") and len(line) <= 90, line
+    # a message of many lines is one line, its whitespace runs one space, cut with an ellipsis
+    assert block[1] == "  General Public (turn 1): I'm glad you asked! 1) The system will continue as planned for…"
+    assert len(block[1]) == 90
+    assert block[3] == '  General Public (turn 2): { "evidence": "[Your Explanation Here]", "score_assistant_1" :…'
+    assert block[5].startswith("  => verdict 1 (mean scores; General Public: 9 vs 4, Critic: 9 vs 4); human: ")
+    assert lines[first + 7] == "item 1" and lines[first + 12].startswith("  => verdict 1")
+    # both verdicts come before everything else, within the first screen
+    assert first + 12 < 24 and printed.index("=> verdict") < printed.index("Run directory:")
+    assert f"Every message in full: jurygraph show {out} ID (ID: 0, 1)" in printed
+    assert "more. More words" not in printed  # nothing past a line's end
+
+    # the full text stays where it was: `jurygraph show` prints every message whole
+    assert main(["show", str(out), "0"]) == 0
+    assert ("More words, and more. " * 40).strip() in capsys.readouterr().out
+
+    # a second demo judges nothing again: the items come from the run directory, as compact
+    assert main(["demo", "--items", "2", "--out", str(out)]) == 0
+    again = capsys.readouterr().out.splitlines()
+    assert len(rambling_model.calls) == 8
+    start = again.index("item 0 (judged before)")
+    assert again[start + 1].startswith("  General Public: I'm glad you asked! 1) The system") and \
+        again[start + 1].endswith("…") and len(again[start + 1]) <= 90
+    assert again[start + 5].startswith("  => verdict 1")
+
+
+def test_a_compact_line_cuts_at_its_width() -> None:
+    from jurygraph.cli.demo import compact
+
+    assert compact("a\n\n  b\tc", 10) == "a b c"
+    assert compact("word " * 10, 12) == "word word w…"
+    assert len(compact("x" * 50, 20)) == 20

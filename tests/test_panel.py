@@ -9,9 +9,11 @@ import math
 import numpy as np
 import pytest
 
+from jurygraph.graphs import debate, single
+from jurygraph.graphs.debate import AFTER, BEFORE
 from jurygraph.measuring.conformity import conformity
 from jurygraph.measuring.families import family_of, parse_rules
-from jurygraph.measuring.members import AFTER, BEFORE, FAIREVAL, member_judgments, member_names
+from jurygraph.measuring.members import member_judgments, member_names
 from jurygraph.measuring.metaeval import evaluate_records
 from jurygraph.measuring.metrics import effective_number, error_correlation
 from jurygraph.measuring.panel import member_position, panel_diagnostics, panel_json, same_family
@@ -167,11 +169,12 @@ def test_debate_members_are_the_scorer_before_and_after_critique_and_its_revisio
                debate_record("b", 4.0, [4.0, 2.0]),  # away
                debate_record("c", 3.0, [3.0]),  # NO ISSUE at once: no transition
                debate_record("d", 1.0, [None, 2.0])]  # an unreadable first score: no transition
-    assert member_names(records) == [BEFORE, AFTER]
-    assert member_judgments(records[0]) == {BEFORE: {"kind": "score", "missing": False, "score": 2.0},
-                                            AFTER: {"kind": "score", "missing": False, "score": 5.0}}
-    assert member_judgments(records[3])[BEFORE]["missing"] is True
-    [scorer, total] = conformity(records) or []
+    panel = debate.SPEC.panel  # who DEBATE's members are is its spec's to say
+    assert member_names(records, panel) == [BEFORE, AFTER]
+    assert member_judgments(records[0], panel) == {BEFORE: {"kind": "score", "missing": False, "score": 2.0},
+                                                   AFTER: {"kind": "score", "missing": False, "score": 5.0}}
+    assert member_judgments(records[3], panel)[BEFORE]["missing"] is True
+    [scorer, total] = conformity(records, panel) or []
     assert (scorer.member, scorer.transitions, scorer.moves) == ("Scorer", 3, 3)
     assert (scorer.toward_human, scorer.away_from_human) == (1, 1)  # 2->3 toward, 4->2 away, 3->5 neither
     assert scorer.with_others == 0 and math.isnan(scorer.conformity)  # the Critic gives no score
@@ -258,7 +261,6 @@ def test_same_family_warns_with_the_judges_picks_beside_the_others_and_the_human
 
 
 def test_faireval_s_own_evaluator_is_one_judge_however_many_reviews() -> None:
-    assert FAIREVAL == FAIREVAL_AGENT  # members.py names it without importing the model layer
     said = {"original_order #1": (8, 4), "swapped_order #1": (4, 8), "original_order #2": (7, 7),
             "swapped_order #2": (6, 5)}  # as the model said them, in the order it was shown
     judgments = {name: {"agent": name, "kind": "pairwise", "score_1": one, "score_2": two, "missing": False,
@@ -269,7 +271,8 @@ def test_faireval_s_own_evaluator_is_one_judge_however_many_reviews() -> None:
     record = {"id": "1", "task": "pairwise", "judgments": judgments,
               "verdict": {"kind": "pairwise", "label": "1", "missing": False,
                           "detail": {"calibration": "bpc+mec", "k": 2, "reviews": reviews}}}
-    assert member_names([record]) == [FAIREVAL]  # one judge, not four: no panel
-    assert member_judgments(record)[FAIREVAL]["label"] == "1"  # mean 7.0 vs 5.5 over the mapped-back reviews
+    panel = single.SPEC.panel  # --protocol single --calibrate runs it: the single agent's spec reads its reviews
+    assert member_names([record], panel) == [FAIREVAL_AGENT]  # one judge, not four: no panel
+    assert member_judgments(record, panel)[FAIREVAL_AGENT]["label"] == "1"  # mean 7.0 vs 5.5, mapped back
     # its two orders are paired by sample, as a calibration's runs are
     assert calibrated_pairs(record) == [("1", "1"), ("tie", "2")]

@@ -279,6 +279,14 @@ def test_several_nodes_share_postgres_checkpoints_and_cache(server: FakeOpenAISe
     with psycopg.connect(postgres_url) as conn:
         cached = conn.execute("SELECT COUNT(*) FROM jurygraph_llm_cache").fetchone()
     assert cached is not None and cached[0] == one_process["requests"]
+    # the workers on both nodes recorded what they paid in the shared database; the driver copied it into the run's
+    # ledger, whose sums are the spend
+    run_manifest = manifest(out)
+    with psycopg.connect(postgres_url) as conn:
+        recorded = conn.execute("SELECT SUM(requests) FROM jurygraph_ledger WHERE run = %s",
+                                (run_manifest["run_id"],)).fetchone()
+    assert recorded is not None and recorded[0] == one_process["requests"]
+    assert run_manifest["spend"]["requests"] == run_manifest["counts"]["requests"] == one_process["requests"]
 
 
 def test_cluster_options_need_ray_and_several_nodes_need_postgres(tmp_path: Path,
@@ -325,8 +333,9 @@ def test_items_paused_for_review_keep_waiting_when_a_ray_run_resumes(cluster: Cl
     assert len(server.requests) == sent
     resumed = manifest(out)
     assert resumed["awaiting_review"] == sorted(DISAGREE) and resumed["invocations"][-1]["execution"]["ray"] == "local"
-    assert sum(entry["requests"] for entry in resumed["usage_by_agent"].values()) == 0
-    assert resumed["spend"] == first["spend"]
+    # the resume paid nothing; the run's totals are the first invocation's
+    assert sum(entry["requests"] for entry in resumed["invocations"][-1]["usage_by_agent"].values()) == 0
+    assert resumed["usage_by_agent"] == first["usage_by_agent"] and resumed["spend"] == first["spend"]
 
 
 def test_a_batch_run_is_refused_with_ray(openai_server: Any, items: list[Any], tmp_path: Path,
@@ -400,3 +409,117 @@ def test_an_error_every_item_would_hit_stops_a_ray_run_at_once(cluster: Cluster,
     assert len(server.requests) <= 2 * 4  # at most each worker's first requests
     assert lines_of(tmp_path / "refused") == []
     assert manifest(tmp_path / "refused")["aborted"].startswith("openai at http://127.0.0.1")
+
+
+def test_a_protocol_from_a_file_runs_on_the_cluster(cluster: Cluster, server: FakeOpenAIServer, tmp_path: Path) -> None:
+    """Issue 29: a strategy of one's own, given as ``path/to/file.py:factory``, is judged by the Ray workers like a
+    built-in protocol; the workers cannot import the file by name, so its functions (here the condition of its
+    early stop) travel by value."""
+    from tests.test_composed_strategy import strategies_file
+
+    path = strategies_file(tmp_path / "mine")
+    out = tmp_path / "until_agreed"
+    assert main(["eval", "--protocol", f"{path}:create_until_agreed", "--dataset", "faireval", "--limit", "8",
+                 "--model", "judge", "--base-url", server.base_url, "--ray", "local", "--workers", "2",
+                 "--shard-size", "2", "--out", str(out), "--quiet"]) == 0
+    records = lines_of(out)
+    assert sorted(r["id"] for r in records) == sorted(str(i) for i in range(8))
+    assert all(r["status"] == "ok" and set(r["judgments"]) == {"Critic", "General Public", "Scientist"}
+               for r in records)
+    assert manifest(out)["ray"]["workers"] == 2
+
+
+def test_a_protocol_from_a_file_pickles_by_value(tmp_path: Path) -> None:
+    """What a worker receives of such a graph loads in a fresh interpreter, which cannot import the file by name."""
+    from jurygraph.graphs.registry import find
+    from jurygraph.running import portable
+    from tests.test_composed_strategy import strategies_file
+
+    path = strategies_file(tmp_path / "mine")
+    graph = find(f"{path}:create_until_agreed").create().graph.compile()
+    fresh = subprocess.run([sys.executable, "-c", "import sys\nfrom jurygraph.running import portable\n"
+                            "graph = portable.loads(sys.stdin.buffer.read())\nprint(sorted(graph.nodes))"],
+                           input=portable.dumps(graph), capture_output=True, timeout=120, check=False)
+    assert fresh.returncode == 0, fresh.stderr.decode()[-500:]
+    assert "general_public_t1" in fresh.stdout.decode()
+
+
+# --- issue 28: the books balance on a cluster ------------------------------------------------------------------
+
+
+def _usage_requests(lines: list[dict[str, Any]]) -> int:
+    return sum(int(entry.get("requests", 0)) for line in lines for entry in (line.get("usage") or {}).values())
+
+
+def test_a_ray_run_keeps_its_spend_on_record_and_a_killed_driver_resumes_within_its_budget(
+        cluster: Cluster, openai_server: Any, dataset: Path, tmp_path: Path) -> None:
+    """Finding 2: the workers' spend is on record as their records arrive (spend.json is there and counts at least
+    what the written results paid), so a driver killed mid-run and resumed with the same budget stops within it,
+    its spend equal to what the server answered (but for the calls in flight at the kill)."""
+    server = openai_server(respond, latency=0.01)
+    out = tmp_path / "budget"
+    address = ray.get_runtime_context().gcs_address
+    budget = 200_000
+    command = [sys.executable, "-m", "jurygraph.cli", "eval", "--protocol", "chateval", "--no-calibrate",
+               "--dataset", str(dataset), "--task", "pairwise", "--model", "judge", "--base-url", server.base_url,
+               "--out", str(out), "--quiet", "--concurrency", "4", "--ray", address, "--workers", "2",
+               "--max-total-tokens", str(budget)]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "results.jsonl").exists() and (out / "results.jsonl").read_bytes().count(b"\n") >= 40):
+            assert driver.poll() is None, driver.communicate()[1]
+            assert time.monotonic() < deadline, "the Ray run wrote no results"
+            time.sleep(0.05)
+        written = lines_of(out)  # first the results, then the spend: the spend only grows
+        spend = json.loads((out / "spend.json").read_text(encoding="utf-8"))
+        assert spend["requests"] >= _usage_requests(written) > 0
+    finally:
+        driver.kill()  # kill -9 of the driver: its workers go with it
+        driver.wait()
+    resumed = subprocess.run([sys.executable, "-m", "jurygraph.cli", "eval", "--resume", str(out), "--quiet"],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 3, resumed.stderr
+    assert "up to 0 tokens" not in resumed.stderr and "budget reached" in resumed.stderr
+    spend = json.loads((out / "spend.json").read_text(encoding="utf-8"))
+    assert spend["input_tokens"] + spend["output_tokens"] <= budget
+    lines = lines_of(out)
+    assert 40 < len(lines) < ITEMS and len({r["id"] for r in lines}) == len(lines)
+    assert sum(int(e.get("input_tokens", 0)) + int(e.get("output_tokens", 0))
+               for line in lines for e in line["usage"].values()) <= budget
+    # the ledger equals what the server answered, but for the calls in flight at the kill (2 workers x 4 items)
+    lost = len(server.billed) - spend["requests"]
+    assert 0 <= lost <= 8
+    assert 0 <= sum(c["input_tokens"] + c["output_tokens"] for c in server.billed) - \
+        (spend["input_tokens"] + spend["output_tokens"]) <= lost * max(
+            c["input_tokens"] + c["output_tokens"] for c in server.billed)
+    assert manifest(out)["spend"] == spend
+
+
+def test_workers_killed_before_their_first_record_are_counted_and_so_are_their_calls(
+        cluster: Cluster, openai_server: Any, items: list[Any], tmp_path: Path) -> None:
+    """Finding 7: a shard whose worker dies before it sent any record is run again, and the manifest counts it
+    (retried_shards); the dead attempts' paid calls are on record (spend equals what the server answered, but for
+    the calls in flight when they died)."""
+    killed: list[int] = []
+
+    def respond_then_kill(request: dict[str, Any], index: int) -> str:
+        if len(server.requests) >= 6 and not killed:  # every worker is in its first item's calls: no record yet
+            for process in _shard_workers():
+                os.kill(process.pid, signal.SIGKILL)
+                killed.append(process.pid)
+        return respond(request, index)
+
+    server = openai_server(respond_then_kill, latency=0.02)
+    out = tmp_path / "early"
+    run(create_chateval(), items[:16], out_dir=out, context=context(server), concurrency=4, ray="local", workers=2,
+        progress=False)
+    assert killed
+    lines = lines_of(out)
+    assert len(lines) == 16 and len({r["id"] for r in lines}) == 16
+    run_manifest = manifest(out)
+    assert run_manifest["ray"]["retried_shards"] >= 1
+    spend = run_manifest["spend"]
+    assert 0 <= len(server.billed) - spend["requests"] <= 2 * 4
+    assert run_manifest["counts"]["attempts"] == len(server.requests) - \
+        (len(server.billed) - spend["requests"])  # every attempt on record but those of the calls in flight

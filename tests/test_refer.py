@@ -142,18 +142,29 @@ def test_all_samples_unreadable_gives_a_missing_verdict() -> None:
     assert judgments_of(out)["area_chair"].missing
 
 
-def test_unreadable_peer_is_left_out_of_the_area_chair_prompt_and_counted() -> None:
+def test_unreadable_peer_is_a_blank_in_the_area_chair_prompt_and_counted() -> None:
     replies = {**PEER_REPLIES, "peer_2": "I would rather not say."}
     ac = area_chair()
     out = create_refer(variant="lite").compile().invoke(
         {"item": tc_item()}, context=JuryContext(models={**peers(replies), "area_chair": ac}))
     prompt = ac.calls[0].prompt
-    assert "initial evaluations from two large language models" in prompt
-    assert "First Assistant’s Evaluation: 1\n\nSecond Assistant’s Evaluation: 3\n\nEvaluation Form" in prompt
+    # as the released scripts pass a failed peer: " " in its place, the count of models kept
+    assert "initial evaluations from three large language models" in prompt
+    assert ("First Assistant’s Evaluation: 1\n\nSecond Assistant’s Evaluation:  \n\n"
+            "Third Assistant’s Evaluation: 3\n\nEvaluation Form") in prompt
     verdict = verdict_of(out)
     assert verdict is not None
     assert verdict.detail["missing_peers"].keys() == {"peer_2"}
     assert judgments_of(out)["peer_2"].missing
+    # the option: left out, the prompt names one model fewer
+    omitted = area_chair()
+    create_refer(variant="lite", missing_peers="omit").compile().invoke(
+        {"item": tc_item()}, context=JuryContext(models={**peers(replies), "area_chair": omitted}))
+    prompt = omitted.calls[0].prompt
+    assert "initial evaluations from two large language models" in prompt
+    assert "First Assistant’s Evaluation: 1\n\nSecond Assistant’s Evaluation: 3\n\nEvaluation Form" in prompt
+    with pytest.raises(ValueError, match="missing-peer"):
+        create_refer(missing_peers="drop")
 
 
 def test_item_text_with_template_syntax_reaches_the_models_verbatim() -> None:
@@ -285,4 +296,5 @@ def test_a_peer_whose_model_raises_is_missing_with_the_reason() -> None:
     out = create_refer(variant="lite").compile().invoke(
         {"item": tc_item()}, context=JuryContext(models={**models, "area_chair": ac}))
     assert judgments_of(out)["peer_3"].reason == "peer model failed: RuntimeError: p3: scripted failure"
-    assert "Second Assistant’s Evaluation: 2\n\nEvaluation Form" in ac.calls[0].prompt
+    blank = "Second Assistant’s Evaluation: 2\n\nThird Assistant’s Evaluation:  \n\nEvaluation Form"
+    assert blank in ac.calls[0].prompt

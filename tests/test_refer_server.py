@@ -87,8 +87,9 @@ def test_a_peer_that_fails_for_good_is_reported_and_the_area_chair_runs_with_the
     assert peer_1.missing and "Error code: 500" in (peer_1.reason or "")
     (chair,) = [r for r in server.requests if r["model"] == "chair"]
     prompt = prompt_of(chair)
-    assert "initial evaluations from two large language models" in prompt
-    assert "First Assistant’s Evaluation: 2\n\nSecond Assistant’s Evaluation: 3\n\nEvaluation Form" in prompt
+    assert "initial evaluations from three large language models" in prompt
+    assert ("First Assistant’s Evaluation:  \n\nSecond Assistant’s Evaluation: 2\n\n"
+            "Third Assistant’s Evaluation: 3\n\nEvaluation Form") in prompt
     verdict = verdict_of(out)
     assert verdict is not None and verdict.score == pytest.approx(fmean(AC_RATINGS))
     assert verdict.detail["missing_peers"].keys() == {"peer_1"} and verdict.detail["n_missing_peers"] == 1

@@ -99,8 +99,8 @@ def test_bbh_options_written_in_the_question_are_the_options() -> None:
     out = create_refer(variant="lite").compile().invoke({"item": item}, context=JuryContext(
         models={**peers, "area_chair": chair}))
     assert f"Problem Statement: {question}\n\nEvaluation Form:" in peers["peer_1"].calls[0].prompt
-    assert "You will also receive the final answers from two other Language Models (LLMs)." in chair.calls[0].prompt
-    assert "- LLM 1 answer: A\n\n- LLM 2 answer: A\n\nEvaluation Form:" in chair.calls[0].prompt
+    assert "You will also receive the final answers from three other Language Models (LLMs)." in chair.calls[0].prompt
+    assert "- LLM 1 answer: A\n\n- LLM 2 answer: A\n\n- LLM 3 answer:  \n\nEvaluation Form:" in chair.calls[0].prompt
     assert judgments_of(out)["peer_3"].missing
     assert verdict_of(out).detail["correct"] is True  # type: ignore[union-attr]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -211,3 +212,140 @@ def test_a_debate_and_a_chateval_run_on_other_data_share_a_page(runs: dict[str, 
     assert (turns[0][4], turns[2][4]) == ("score 2", "score 4") and turns[0][2] >= 0
     # each run's agreement in its own benchmark's table
     assert "summeval: summary-level" in text and "faireval: agreement with the human verdict" in text
+
+
+# --- panel diagnostics, doubt curves, decided by (issue 28): each section only when the runs have its data ---
+
+
+PANEL = ["eval", "--protocol", "ensemble", "--personas", "General Public,Critic", "--model", "coin", "--models",
+         "Critic=llama3-8b", "--dataset", "faireval", "--limit", "12", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The panel of docs/PANEL.md's judges (a coin and a self-preferring LLaMA, of vicuna's family): its
+    disagreements escalated to the oracle in one run, sent to people in another (two decided, with and without a
+    note; the rest waiting); and a single judge whose results predate doubt signals."""
+    from jurygraph.testing.panel_judges import serve
+
+    root = tmp_path_factory.mktemp("routed")
+    with serve() as server:
+        assert main([*PANEL, "--base-url", server.base_url, "--out", str(root / "escalated"),
+                     "--escalate-when", "agreement<1", "--escalate-to", "gpt-4o-mini"]) == 0
+        assert main([*PANEL, "--base-url", server.base_url, "--out", str(root / "reviewed"),
+                     "--review-when", "agreement<1"]) == 0
+        assert main(["eval", "--protocol", "single", "--no-calibrate", "--model", "coin", "--base-url",
+                     server.base_url, "--dataset", "faireval", "--limit", "6", "--quiet", "--out",
+                     str(root / "single")]) == 0
+    waiting = [r["id"] for r in read_results(root / "reviewed") if r["status"] == "awaiting_review"]
+    assert len(waiting) >= 3
+    assert main(["review", str(root / "reviewed"), "--item", waiting[0], "--verdict", "1", "--note", "A is right",
+                 "--reviewer", "ada"]) == 0
+    assert main(["review", str(root / "reviewed"), "--item", waiting[1], "--verdict", "tie", "--reviewer", "bob"]) == 0
+    old = root / "single" / RESULTS  # as a run written before doubt signals
+    old.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "doubt"}) + "\n" for r in read_results(
+        root / "single")), encoding="utf-8")
+    return {name: root / name for name in ("escalated", "reviewed", "single")}
+
+
+def section(dom: str, name: str) -> str:
+    found = re.search(rf'<section id="{name}">(.*?)</section>', dom, re.S)
+    assert found, f"no {name} section"
+    return found.group(1)
+
+
+def attributes(tag: str) -> dict[str, str]:
+    return {k: html.unescape(v) for k, v in re.findall(r'([\w-]+)="([^"]*)"', tag)}
+
+
+def test_the_panel_doubt_and_decided_by_sections_show_what_metaeval_computes(routed: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
+    from jurygraph.judging.doubt import panel_verdict
+    from jurygraph.measuring.coverage import doubt_reports, panel_records
+    from jurygraph.measuring.metaeval import evaluate_records
+    from jurygraph.measuring.panel import panel_diagnostics
+    from jurygraph.measuring.tables import number
+
+    page = tmp_path / "routed.html"
+    assert main(["report", f"escalated={routed['escalated']}", f"reviewed={routed['reviewed']}", "--out", str(page),
+                 "--resamples", "50"]) == 0
+    dom = browse(page)
+    for name in ("panel", "doubt", "decided"):
+        assert f'data-go="{name}"' in dom  # each section is linked from the header
+
+    # the panel's diagnostics, on its own verdicts (as metaeval: before escalation or review)
+    shown = [attributes(tag) for tag in re.findall(r'<div class="panel-diagnostics"[^>]*>', section(dom, "panel"))]
+    for name in ("escalated", "reviewed"):
+        records = panel_records(read_results(routed[name]))
+        [panel] = panel_diagnostics(name, records, evaluate_records(records, name, resamples=50, seed=0),
+                                    resamples=50, seed=0)
+        [figures] = [f for f in shown if f["data-run"] == name]
+        assert figures["data-target"] == "pairwise"
+        assert figures["data-members"] == " | ".join(m.name for m in panel.members) == "Critic | General Public"
+        assert figures["data-effective"] == repr(panel.errors.effective)
+        assert (figures["data-best"], figures["data-vs-best"]) == (panel.vs_best.best,
+                                                                   repr(panel.vs_best.test.difference))
+        block = html.unescape(section(dom, "panel"))
+        assert f"effective number of independent judges: {number(panel.errors.effective, 2)}" in block
+        for member in panel.members:
+            assert f"{number(100 * member.result.labels.accuracy, 1)} [" in block
+    # llama3-8b judges vicuna, a LLaMA fine-tune: the same-family warning and the rule it rests on
+    block = html.unescape(section(dom, "panel"))
+    assert "Same-family warning" in block and "llama3-8b" in block and "vicuna" in block
+
+    # every point of every doubt curve, drawn where doubt_reports puts it
+    points = {(attributes(g)["data-run"], signal, a["data-rule"], int(a["data-kept"]), a["data-coverage"],
+               a["data-agreement"])
+              for g, body in re.findall(r'(<div class="doubt-curves"[^>]*>)(.*?)</table>', section(dom, "doubt"), re.S)
+              for signal, circles in re.findall(r'<g class="curve" data-signal="(\w+)">(.*?)</g>', body, re.S)
+              for a in map(attributes, re.findall(r"<circle[^>]*>", circles))}
+    expected = {(r.name, c.signal, p.rule or "", p.kept, repr(p.coverage), repr(p.agreement))
+                for name in ("escalated", "reviewed") for r in doubt_reports(name, read_results(routed[name]))
+                for c in r.curves for p in c.points if not math.isnan(p.agreement)}
+    assert points == expected and len(expected) > 6
+
+    # who decided: every escalated item, every reviewed one with its reviewer and note, the ones still waiting
+    decided = section(dom, "decided")
+    rows = [attributes(tag) | {"cells": [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in
+                                         re.findall(r"<td>(.*?)</td>", body)]}
+            for tag, body in re.findall(r'(<tr data-id=[^>]*>)(.*?)</tr>', decided, re.S)]
+    escalated = [r for r in read_results(routed["escalated"]) if r["verdict"]["detail"].get("escalation")]
+    reviewed = {r["id"]: r for r in read_results(routed["reviewed"])}
+    routed_ids = [i for i, r in reviewed.items() if r["status"] == "awaiting_review" or r.get("decided_by")]
+    assert len(rows) == len(escalated) + len(routed_ids)
+    by_item = {(row["cells"][0], row["data-decided-by"]): row["cells"] for row in rows}
+    for record in escalated:
+        cells = by_item[(record["id"], "escalation")]
+        assert cells[2] == "escalate: agreement<1" and cells[6] == record["human"]["label"]
+    notes = {(cells[7], cells[8]) for (_, who), cells in by_item.items() if who == "review"}
+    assert notes == {("ada", "A is right"), ("bob", "")}
+    waiting = [cells for (_, who), cells in by_item.items() if who == "awaiting review"]
+    assert len(waiting) == len(routed_ids) - 2 and all(c[2] == "review: agreement<1" and not c[5] for c in waiting)
+    ada = next(i for i, r in reviewed.items() if (r["verdict"]["detail"].get("review") or {}).get("reviewer") == "ada")
+    panel_said = panel_verdict(reviewed[ada])["label"]
+    assert by_item[(ada, "review")][3].startswith(f"label {panel_said}") and by_item[(ada, "review")][5].startswith(
+        "label 1")
+    # the split by who decided, from coverage's figures
+    split = html.unescape(decided)
+    assert "decided by: escalated · pairwise (accuracy)" in split and "decided by: reviewed · pairwise" in split
+    [report] = doubt_reports("reviewed", list(reviewed.values()))
+    [review_group] = [g for g in report.split if g.group == "review"]
+    assert review_group.n == 2 and f"<td>review</td><td>2</td><td>{review_group.agreement:.3f}</td>" in decided
+
+    # the item itself says who decided, with the reviewer's note
+    conversation = html.unescape(browse(page, f"item={ada}").split('id="conversation"', 1)[1])
+    assert f"reviewed by ada: A is right (the panel said label {panel_said}" in conversation
+
+
+def test_the_new_sections_appear_only_with_their_data(routed: dict[str, Path], runs: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    page = tmp_path / "plain.html"
+    assert main(["report", str(routed["single"]), "--out", str(page), "--resamples", "0"]) == 0
+    dom = browse(page)  # one judge, no doubt signals, nothing routed
+    for name in ("panel", "doubt", "decided"):
+        assert f'<section id="{name}"' not in dom and f'data-go="{name}"' not in dom
+    assert shown_count(dom) == "6 of 6 items"
+    page = tmp_path / "chateval.html"
+    assert main(["report", str(runs["forward"]), "--out", str(page), "--resamples", "0"]) == 0
+    dom = browse(page)  # two referees with doubt signals, nothing escalated or reviewed
+    assert '<section id="panel">' in dom and '<section id="doubt">' in dom and '<section id="decided"' not in dom

@@ -218,6 +218,27 @@ def test_credentials_in_the_base_url_are_never_stored_or_printed(openai_server, 
     assert main(["eval", "--resume", str(out), "--quiet", "--base-url", secret_url]) == 0
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["online", "batch"])
+def test_a_base_url_with_a_query_keeps_it_and_never_stores_its_key(openai_server, tmp_path: Path, batch: bool,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A proxy that takes its key as ``?api_key=``: every request goes to the endpoint with the query kept (the
+    client once built ``/v1/?api_key=SECRETchat/completions``), and the key is in no file and no message."""
+    server = serve(openai_server)
+    secret_url = f"{server.base_url}?api_key=SECRET&tier=a"
+    out = tmp_path / "run"
+    extra = ["--batch", "--batch-poll", "0.01"] if batch else []
+    assert main(["eval", "--model", "judge", "--base-url", secret_url, *FAIREVAL, "--limit", "2",
+                 "--out", str(out), "--quiet", *extra]) == 0
+    assert server.urls and all(url.endswith("?api_key=SECRET&tier=a") for url in server.urls), server.urls
+    endpoints = {url.partition("?")[0] for url in server.urls}
+    assert endpoints >= ({"/v1/files", "/v1/batches"} if batch else {"/v1/chat/completions"}), endpoints
+    assert len(read_results(out)) == 2
+    for path in (p for p in out.rglob("*") if p.is_file()):
+        assert b"SECRET" not in path.read_bytes(), path.name
+    assert "SECRET" not in "".join(capsys.readouterr())
+    assert manifest_of(out)["cli"]["base_url"] == f"{server.base_url}?api_key=***&tier=a"
+
+
 def test_redaction_of_userinfo_and_token_parameters() -> None:
     from jurygraph.llm.redact import redact_text, redact_url
 

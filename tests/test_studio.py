@@ -24,7 +24,8 @@ FAIREVAL = load_dataset("faireval").items[0]
 SUMMEVAL = load_dataset("summeval", aspect="coherence").items[0]
 TOPICAL = load_dataset("topical-chat", aspect="coherence").items[0]
 
-# per declared graph: the item it judges here and the verdict the scripted server leads to
+# per built-in protocol's graph: the item it judges here and the verdict the scripted server leads to (a protocol
+# added later tests its own Studio graph with its own replies)
 EXPECTED: dict[str, tuple[Any, str, Any]] = {
     "chateval_one_by_one": (FAIREVAL, "label", "2"),
     "chateval_simultaneous": (FAIREVAL, "label", "2"),
@@ -74,16 +75,18 @@ def respond(request: dict[str, Any], choice: int) -> str:
     return "I think Assistant 2 covers more of the question."  # ChatEval discussion / summary
 
 
-def test_langgraph_json_declares_every_studio_graph_and_nothing_else() -> None:
+def test_langgraph_json_declares_every_studio_graph_of_the_specs_and_nothing_else() -> None:
     from jurygraph import studio
+    from jurygraph.graphs.registry import builtin
 
-    assert CONFIG["dependencies"] == ["."]
-    assert set(CONFIG["graphs"]) == set(EXPECTED) == set(studio.GRAPHS)
+    assert studio.langgraph_json() == CONFIG  # regenerate with: python -m jurygraph.studio > langgraph.json
+    assert list(studio.GRAPHS) == [name for spec in builtin().values() for name in spec.studio]
+    assert set(EXPECTED) <= set(CONFIG["graphs"])
     for graph_id, target in CONFIG["graphs"].items():
         assert target == f"./jurygraph/studio.py:{graph_id}"
 
 
-@pytest.mark.parametrize("graph_id", sorted(EXPECTED))
+@pytest.mark.parametrize("graph_id", sorted(CONFIG["graphs"]))
 def test_declared_graph_is_compiled_with_jury_context(graph_id: str) -> None:
     graph = load_declared(CONFIG["graphs"][graph_id])
     assert isinstance(graph, CompiledStateGraph)

@@ -29,3 +29,23 @@ def test_the_most_specific_key_wins() -> None:
     assert select_template("chateval-single", task="pairwise") == "chateval/single_faireval"
     assert select_template("refer", task="choice", dataset="aqua") == "aqua"
     assert select_template("refer", task="choice", dataset="mine") is None
+
+
+def test_a_protocol_the_table_does_not_list_keeps_its_own_in_its_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A protocol added later needs no line in prompts/templates.json: its prompts/<name>/select.json is read."""
+    import jurygraph.prompts as prompts
+
+    own = {"pairwise": "newproto/judge", "summeval/coherence": "newproto/coherence"}
+    asked: list[str] = []
+
+    def tables(name: str) -> object:
+        asked.append(name)
+        return own if name == "newproto/select" else load_json(name)
+
+    monkeypatch.setattr(prompts, "load_json", tables)
+    assert select_template("newproto", task="pairwise") == "newproto/judge"
+    assert select_template("newproto", task="score", dataset="summeval", aspect="coherence") == "newproto/coherence"
+    assert select_template("newproto", task="choice") is None
+    assert select_template("geval", task="score", dataset="summeval", aspect="coherence") == \
+        "geval/summeval_coherence"  # a listed protocol is read from the one table, as before
+    assert "geval/select" not in asked

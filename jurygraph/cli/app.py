@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
+import signal
 import sqlite3
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from jurygraph.running.runner import RunAborted
@@ -71,7 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser(argv).parse_args(argv)
     args.argv = argv  # a resume tells the options given now from the defaults
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a reader that went away (| head) is found here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError as err:
+        return _stdout_closed() if _reader_gone(sys.stdout) else _os_error(err)
     except _one_line_errors() as err:
         print(f"jurygraph: {_redacted(err)}", file=sys.stderr)
         return 2
@@ -79,16 +86,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jurygraph: stopped: {stop}", file=sys.stderr)
         return stop.exit_code
     except OSError as err:  # unreadable dataset, read-only or full --out, a directory where a file belongs
-        from jurygraph.cli.preflight import os_error_line
-
-        print(f"jurygraph: {os_error_line(err)}", file=sys.stderr)
-        return 2
+        return _os_error(err)
     except sqlite3.Error as err:
         print(f"jurygraph: checkpoint or cache database: {err}", file=sys.stderr)
         return 2
     except (ValueError, KeyError, LookupError, ImportError) as err:
         print(f"jurygraph: {_redacted(err)}", file=sys.stderr)
         return 2
+
+
+def _os_error(err: OSError) -> int:
+    from jurygraph.cli.preflight import os_error_line
+
+    print(f"jurygraph: {os_error_line(err)}", file=sys.stderr)
+    return 2
+
+
+def _reader_gone(stream: TextIO) -> bool:
+    """Whether ``stream`` is a pipe whose reading end was closed (``jurygraph show RUN | head -3`` once head has its
+    lines): poll() reports an error on such a pipe's writing end."""
+    try:
+        descriptor = stream.fileno()
+    except (OSError, ValueError):  # not a file (a test's captured output)
+        return False
+    poller = select.poll()
+    poller.register(descriptor, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _stdout_closed() -> int:
+    """Stop quietly, as Unix tools do when the reader of their output goes away: no message, and the exit status a
+    shell gives a process that SIGPIPE ended (128 + 13). Everything a command writes to its files is written before
+    it prints (an eval's results and manifest are on disk when its summary is printed). What is left in stdout's
+    buffer goes to /dev/null, or the interpreter's last flush would complain on stderr."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _redacted(err: BaseException) -> str:

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.cli.metaeval import common_options, evaluate, finish, slug
-from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
+from jurygraph.cli.options import add_model_arguments, check_gen_options, context_from_args, key_values
 from jurygraph.cli.protocols import ProtocolSetup, add_protocol_arguments, build_protocol
 from jurygraph.judging.benchmarks import canonical
-from jurygraph.judging.items import TaskKind
+from jurygraph.judging.items import Scale, TaskKind
 from jurygraph.llm.models import JuryContext
 from jurygraph.measuring.metaeval import run_records
 from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
@@ -41,13 +41,14 @@ DEFAULT_ASPECTS = {"summeval": ["coherence", "consistency", "fluency", "relevanc
 
 
 def datasets_for(name: str, aspects: Sequence[str] | None, *, task: str | None = None,
-                 mapping: dict[str, str] | None = None, limit: int | None = None) -> dict[str, Dataset]:
+                 mapping: dict[str, str] | None = None, limit: int | None = None,
+                 scale: Scale | None = None) -> dict[str, Dataset]:
     """The benchmark's items per aspect (one dataset for pairwise/choice benchmarks, key "")."""
     key = canonical(name) or name
     chosen: list[str | None] = list(aspects) if aspects else list(DEFAULT_ASPECTS.get(key, [None]))
     out: dict[str, Dataset] = {}
     for aspect in chosen:
-        dataset = load_dataset(name, aspect=aspect, task=task, mapping=mapping).head(limit)
+        dataset = load_dataset(name, aspect=aspect, task=task, mapping=mapping, scale=scale).head(limit)
         if dataset.tasks - {TaskKind.SCORE.value}:
             return {"": dataset}
         out[aspect or ""] = dataset
@@ -99,6 +100,9 @@ def add_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")
     bench.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
                        help="JSONL/CSV column mapping")
+    bench.add_argument("--scale", metavar="LOW-HIGH",
+                       help="JSONL/CSV score data: the rating scale of every row without scale_low/scale_high "
+                            "columns, e.g. --scale 1-5")
     bench.add_argument("--method", action="append", metavar="NAME=ARGS",
                        help="a method to run: NAME=\"--protocol P [protocol options] --model SPEC ...\"")
     bench.add_argument("--runs", action="append", metavar="NAME=DIR",
@@ -122,7 +126,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         aspects = [a.strip() for a in args.aspects.split(",")] if args.aspects else None
         try:
             datasets = datasets_for(args.dataset, aspects, task=args.task,
-                                    mapping=key_values(args.mapping, "--map"), limit=args.limit)
+                                    mapping=key_values(args.mapping, "--map"), limit=args.limit,
+                                    scale=Scale.parse(args.scale) if args.scale else None)
         except DatasetError as err:
             print(f"jurygraph: {err}", file=sys.stderr)
             return 2
@@ -136,8 +141,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 options = parser.parse_args(shlex.split(text))
             except (argparse.ArgumentError, SystemExit) as err:
                 raise ValueError(f"--method {name}: cannot read {text!r} ({err})") from None
-            setup = build_protocol(options)
-            planned.append((name, text, setup, context_from_args(options, setup)))
+            # the data is loaded: its task kinds decide the protocol's defaults (both orders on pairwise data)
+            try:
+                setup = build_protocol(options, {task for dataset in datasets.values() for task in dataset.tasks})
+            except ValueError as err:  # an unknown protocol, an option out of range: which method says it
+                raise type(err)(f"--method {name}: {err}") from None
+            context = context_from_args(options, setup)
+            check_gen_options(options, setup, context, next(iter(datasets.values()), []))
+            planned.append((name, text, setup, context))
 
         async def run_all() -> list[tuple[str, list[dict[str, Any]]]]:
             return [(name, await run_method(name, setup, context, datasets, out, concurrency=args.concurrency,

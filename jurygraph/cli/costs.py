@@ -9,30 +9,35 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from langgraph.graph import StateGraph
 
 from jurygraph.cli.protocols import ProtocolSetup
 from jurygraph.judging.items import EvalItem
 from jurygraph.judging.state import COUNTS
 from jurygraph.llm.limits import ProviderGates
-from jurygraph.llm.models import JuryContext
-from jurygraph.llm.pricing import prices_line
+from jurygraph.llm.models import JuryContext, ModelSpec, to_spec
+from jurygraph.llm.pricing import price_of, prices_line
 from jurygraph.running.batch import BatchOptions
-from jurygraph.running.budget import Budget
+from jurygraph.running.budget import Budget, Spend
 from jurygraph.running.estimate import (
     DEFAULT_SAMPLE,
     Estimate,
+    ReplyLengths,
     by_model_json,
     costs_shape,
     estimate,
+    reply_lengths,
     requests_shape,
     wall_time,
 )
 
 # the options below that only shape execution: a resume may change them (cli.eval.EXECUTION_ONLY)
-COST_EXECUTION_ONLY = ("dry_run", "json", "max_cost", "max_total_tokens", "batch", "batch_poll", "batch_fallback")
+COST_EXECUTION_ONLY = ("dry_run", "json", "max_cost", "max_total_tokens", "batch", "batch_poll", "batch_fallback",
+                       "pilot")
 # items the one-line estimate before a run renders (the first ones: a stream reads no further); measured in
 # benchmarks/README.md ("What will it cost?")
 PRE_RUN_SAMPLE = 3
@@ -45,6 +50,10 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                             "stop early), input and output tokens, cost and wall time the run would take, from the "
                             "real prompts of the real items")
     group.add_argument("--json", action="store_true", help="with --dry-run: the estimate as one JSON object")
+    group.add_argument("--pilot", type=int, metavar="N",
+                       help="judge the first N items for real first (paid, kept in the run directory), then estimate "
+                            "the rest with the replies as long as theirs were: the expected figure beside the bound; "
+                            "with --dry-run, stop there (--resume RUN_DIR goes on)")
     group.add_argument("--max-cost", type=float, metavar="USD",
                        help="stop starting items once what was spent plus what the items in flight may still "
                             "spend would pass USD (the whole run, over every --resume); in-flight items finish")
@@ -76,6 +85,8 @@ def check_cost_options(args: argparse.Namespace, given: set[str]) -> None:
         raise UsageError(f"--max-total-tokens must be at least 1 (got {args.max_total_tokens})")
     if args.batch_poll <= 0:
         raise UsageError(f"--batch-poll must be greater than 0 (got {args.batch_poll:g})")
+    if args.pilot is not None and args.pilot < 1:
+        raise UsageError(f"--pilot must be at least 1 item (got {args.pilot})")
     if args.batch and args.no_cache:
         raise UsageError("--batch needs the LLM cache (it is where a batch's replies wait for their items): "
                          "drop --no-cache")
@@ -88,9 +99,17 @@ def batch_options(args: argparse.Namespace) -> BatchOptions | None:
 
 def estimate_run(setup: ProtocolSetup, items: Iterable[EvalItem], total: int, context: JuryContext,
                  prices: Mapping[str, Any] | None, *, sample: int | None, tokenizer: str,
-                 cache: Any = None) -> Estimate:
+                 cache: Any = None, lengths: ReplyLengths | None = None) -> Estimate:
     return estimate(setup.graph, items, context=context, total=total, prices=prices, sample=sample,
-                    bounded=setup.stop_bounds() is not None, tokenizer=tokenizer, cache=cache)
+                    bounded=setup.may_stop_early(), tokenizer=tokenizer, cache=cache,
+                    lengths=lengths.by_agent if lengths is not None else None)
+
+
+def measured_lengths(args: argparse.Namespace) -> ReplyLengths | None:
+    """How long the run's replies were, when there is a run to measure: after a pilot, or on --resume."""
+    if not args.resume:
+        return None
+    return reply_lengths(Path(args.resume), "pilot" if args.pilot else "run")
 
 
 @contextlib.contextmanager
@@ -122,10 +141,17 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
             prices: Mapping[str, Any] | None, *, dataset: str) -> int:
     """``eval --dry-run``: the estimate, as text or (``--json``) one JSON object; sends nothing, writes nothing.
     On ``--resume``: of the items still to do, the run's cached calls free."""
+    lengths = measured_lengths(args)
     with still_to_do(args, items) as (todo, total, skipped, cache):
+        todo = list(todo) if lengths is not None else todo  # rendered twice: the bound, then the expected figure
         result = estimate_run(setup, todo, total, context, prices, sample=DEFAULT_SAMPLE, tokenizer="download",
                               cache=cache)
-    report = _report(result, setup, args, context, dataset=dataset, skipped=skipped)
+        expected = None if lengths is None else estimate_run(setup, todo, total, context, prices,
+                                                              sample=DEFAULT_SAMPLE, tokenizer="download",
+                                                              cache=cache, lengths=lengths)
+    report = _report(result, setup, args, context, dataset=dataset, skipped=skipped, sample=next(iter(items), None))
+    if expected is not None and lengths is not None:
+        report["expected"] = _expected(expected, lengths)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
@@ -134,13 +160,37 @@ def dry_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext
 
 
 def pre_run_estimate(setup: ProtocolSetup, context: JuryContext, items: Iterable[EvalItem], total: int,
-                     prices: Mapping[str, Any] | None, cache: Any = None) -> tuple[Estimate, str]:
-    """The estimate ``eval`` makes before it starts, from the first few items, and its line. It loads no tokenizer
-    (reading a cached tiktoken encoding takes ~0.3 s, which the first request would wait for): approximate."""
-    head = (item for _, item in zip(range(PRE_RUN_SAMPLE), items, strict=False))
+                     prices: Mapping[str, Any] | None, cache: Any = None,
+                     lengths: ReplyLengths | None = None) -> tuple[Estimate, str]:
+    """The estimate ``eval`` makes before it starts, from the first few items, and its line (with the expected
+    figure when the run's replies were measured: ``lengths``). It loads no tokenizer (reading a cached tiktoken
+    encoding takes ~0.3 s, which the first request would wait for): approximate."""
+    head = [item for _, item in zip(range(PRE_RUN_SAMPLE), items, strict=False)]
     result = estimate_run(setup, head, min(total, PRE_RUN_SAMPLE), context, prices, sample=None,
                           tokenizer="approximate", cache=cache)
-    return result, _line(result, total)
+    line = _line(result, total)
+    if lengths is not None and total:
+        expected = estimate_run(setup, head, min(total, PRE_RUN_SAMPLE), context, prices, sample=None,
+                                tokenizer="approximate", cache=cache, lengths=lengths)
+        scale = total / expected.rendered if expected.rendered else 0.0
+        low, high = expected.cost("fewest"), expected.cost("most")
+        cost = "" if low is None or high is None else f", {_usd(low * scale, high * scale)}"
+        tokens = _shown(_tokens(expected, "fewest") * scale, _tokens(expected, "most") * scale)
+        line += f"; expected: {tokens} tokens{cost} ({lengths.label()})"
+    return result, line
+
+
+def _expected(result: Estimate, lengths: ReplyLengths) -> dict[str, Any]:
+    """The expected figure of ``--dry-run --json``: the totals with the replies as long as the run measured them, in
+    the bound's shape, and what it is from."""
+    out: dict[str, Any] = {key: requests_shape(result.total(key, "fewest"), result.total(key, "most"))
+                           for key in COUNTS}
+    out["cost_usd"] = costs_shape(result)
+    out["cost_usd_batch"] = costs_shape(result, batch=True)
+    out["from"] = {"source": lengths.source, "items": lengths.items, "replies": lengths.replies,
+                   "reply_tokens": {agent: round(value, 1) for agent, value in lengths.by_agent.items()}}
+    out["label"] = lengths.label()
+    return out
 
 
 def _line(result: Estimate, total: int) -> str:
@@ -178,7 +228,7 @@ def _usd(low: float, high: float) -> str:
 
 
 def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, context: JuryContext, *,
-            dataset: str, skipped: int) -> dict[str, Any]:
+            dataset: str, skipped: int, sample: EvalItem | None = None) -> dict[str, Any]:
     """The estimate as the JSON object ``--dry-run --json`` prints (the text form is written from it)."""
     bounds = setup.stop_bounds()
     out: dict[str, Any] = {
@@ -190,7 +240,7 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, co
     out["cost_usd"] = costs_shape(result)
     out["cost_usd_batch"] = costs_shape(result, batch=True)
     out["requests_per_item"] = requests_shape(result.per_item("requests", "fewest"), result.per_item("requests"))
-    out["requests_per_item_with_reasks"] = setup.requests_per_item()
+    out["requests_per_item_with_reasks"] = setup.requests_per_item(sample, context)
     if bounds and result.bounded:
         out["bounds"] = {"min": bounds[0], "max": bounds[1]}
     out["by_model"] = by_model_json(result)
@@ -269,6 +319,13 @@ def _text(report: dict[str, Any]) -> str:
     lines.append(f"output tokens: {budget}")
     lines.append(f"prices: {report['prices']}" + ("" if report["cost_usd"] is not None else
                                                      "; no model of this run has a price (--prices FILE)"))
+    expected = report.get("expected")
+    if expected:
+        cost = "" if expected["cost_usd"] is None else f", ${_money(expected['cost_usd'])} " \
+            f"(batch ${_money(expected['cost_usd_batch'])})"
+        lines.append(f"expected: {_cell(expected['input_tokens'])} input + {_cell(expected['output_tokens'])} output "
+                     f"tokens{cost}, with {expected['label']}; the table is the bound (every reply at its "
+                     "max_tokens)")
     lines.append(f"wall time: at least {_duration(report['wall_time_s'])} ({report['wall_time_bound']})")
     for item_id, reason in (report.get("items_not_estimated") or {}).items():
         lines.append(f"  not estimated: item {item_id}: {reason}")
@@ -309,15 +366,44 @@ def before_run(args: argparse.Namespace, setup: ProtocolSetup, context: JuryCont
         return None
     try:
         with still_to_do(args, items) as (todo, total, _, cache):
-            result, line = pre_run_estimate(setup, context, todo, total, prices, cache)
+            result, line = pre_run_estimate(setup, context, todo, total, prices, cache, measured_lengths(args))
     except Exception as err:  # an estimate that cannot be made never stops a run; a budget then reserves nothing
         result, line = None, f"no estimate ({type(err).__name__}: {err})"
     if not args.quiet:
         print(f"jurygraph: {line}", file=sys.stderr)
     if not wants_budget:
         return None
-    if args.max_cost is not None and result is not None and result.cost() is None:
+    if args.max_cost is not None and not any(price_of(label, prices) for label in model_labels(context)):
         raise UsageError("--max-cost: no model of this run has a price (a model at your own --base-url is priced "
                          "only by --prices FILE); give --prices, or a budget in tokens: --max-total-tokens N")
     return Budget.from_estimate(result, max_cost_usd=args.max_cost, max_total_tokens=args.max_total_tokens,
-                                batch=args.batch)
+                                batch=args.batch, price_item=item_pricer(setup, context, prices, batch=args.batch))
+
+
+def model_labels(context: JuryContext) -> list[str]:
+    """The labels of the models a context names (a chat model object has none the price table knows)."""
+    labels = []
+    for choice in [*context.models.values(), context.default]:
+        if isinstance(choice, str | ModelSpec | dict):
+            labels.append(to_spec(choice).label)
+    return labels
+
+
+def item_pricer(setup: ProtocolSetup, context: JuryContext, prices: Mapping[str, Any] | None, *,
+                batch: bool) -> Callable[[EvalItem], Spend]:
+    """What one item may cost at most, from the item itself: its calls rendered as the dry run renders them (every
+    reply at its output budget, loops at their longest; tokens approximated, no tokenizer loaded; at batch prices
+    with ``batch``), the run's cache not consulted (a reserve is never 0). Raises ValueError for an item the
+    protocol cannot render. ``Budget`` adds its margin."""
+    app = setup.graph.compile() if isinstance(setup.graph, StateGraph) else setup.graph
+
+    def price(item: EvalItem) -> Spend:
+        result = estimate(app, [item], context=context, total=1, prices=prices, sample=None, bounded=False,
+                          tokenizer="approximate")
+        most = result.item_most
+        if result.failed or not most:
+            raise ValueError(next(iter(result.failed.values()), "nothing rendered"))
+        cost = (most["cost_usd_batch"] if batch else most["cost_usd"]) if result.cost() is not None else None
+        return Spend(round(most["requests"]), round(most["input_tokens"]), round(most["output_tokens"]), cost)
+
+    return price

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from jurygraph.cli.preflight import validate_numbers
-from jurygraph.cli.protocols import add_protocol_arguments, build_protocol
+from jurygraph.cli.protocols import add_protocol_arguments, build_protocol, check_ranges
+from jurygraph.graphs.registry import short_name
 
 
 def add_arguments(draw: argparse.ArgumentParser) -> None:
@@ -18,9 +19,10 @@ def add_arguments(draw: argparse.ArgumentParser) -> None:
 def cmd_draw(args: argparse.Namespace) -> int:
     from jurygraph.cli.diagrams import render_graph
 
-    validate_numbers(args, args.protocol_dests)
+    validate_numbers(args)
+    check_ranges(args)
     setup = build_protocol(args)
-    text_or_path = render_graph(setup.graph, args.format, args.out or (f"{args.protocol}.png"
+    text_or_path = render_graph(setup.graph, args.format, args.out or (f"{short_name(args.protocol)}.png"
                                                                           if args.format == "png" else None))
     print(text_or_path)
     return 0

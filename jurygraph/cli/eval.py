@@ -6,27 +6,30 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from jurygraph.cli import costs
-from jurygraph.cli.options import add_model_arguments, context_from_args, key_values
+from jurygraph.cli.options import add_model_arguments, check_gen_options, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
     add_protocol_arguments,
     build_protocol,
     check_doubt_signals,
     check_options,
+    check_ranges,
     check_task,
+    option_values,
+    protocol_spec,
 )
+from jurygraph.graphs.registry import resolve_name, short_name
+from jurygraph.judging.items import Scale
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
-from jurygraph.llm.redact import MASK, redact_url
+from jurygraph.llm.redact import MASK, redact_text, redact_values
 from jurygraph.running.datasets import load_dataset
 from jurygraph.running.distributed import INSTALL_HINT, RayOptions
 from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
@@ -37,9 +40,10 @@ from jurygraph.running.runner import RunAborted, RunSummary, run
 # resume restores it from the manifest and refuses a different value.
 EXECUTION_ONLY = ("concurrency", "rps", "in_flight", "timeout", "max_retries", "base_url", "checkpoint", "cache",
                   "no_cache", "keep_checkpoints", "prices", "quiet", "yes", "ray", "workers", "shard_size",
-                  "ray_dashboard", *costs.COST_EXECUTION_ONLY)
-# parser bookkeeping and the run directory itself, never saved as settings
-NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv")
+                  "ray_dashboard", "dataset_changed", *costs.COST_EXECUTION_ONLY)
+# parser bookkeeping, the run directory itself, and what one command does (a dry run, a pilot), never saved as
+# settings: a resume does not repeat them
+NOT_SETTINGS = ("command", "handler", "protocol_dests", "resume", "out", "argv", "dry_run", "json", "pilot")
 # a plan above this many requests per item asks for --yes
 REQUESTS_PER_ITEM_LIMIT = 100
 
@@ -56,8 +60,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
                       help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
                            "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")
+    data.add_argument("--scale", metavar="LOW-HIGH",
+                      help="JSONL/CSV score data: the rating scale of every row without scale_low/scale_high "
+                           "columns, e.g. --scale 1-5")
     data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
     data.add_argument("--limit", type=int, help="judge only the first N items")
+    data.add_argument("--dataset-changed", choices=("refuse", "continue"), default="refuse",
+                      help="with --resume, when the dataset file's hash is not the one the run read last: refuse "
+                           "(default: exit 2 naming the file) or continue (the manifest keeps the hash the run began "
+                           "on, adds the new one, and says which items were judged on which)")
     add_model_arguments(parser.add_argument_group("models"))
     runopts = parser.add_argument_group("run")
     runopts.add_argument("--out", help="run directory (default: runs/<protocol>-<dataset>)")
@@ -114,10 +125,15 @@ def _resume_args(args: argparse.Namespace,
     manifest = read_manifest(args.resume)
     if manifest is None:
         raise UsageError(f"--resume {args.resume}: no manifest.json there (was it a jurygraph run directory?)")
+    if not manifest.get("cli"):  # a typed manifest always has the field; a run made from Python leaves it empty
+        raise UsageError(f"--resume {args.resume}: the run was not made by `jurygraph eval` (its manifest keeps no "
+                         "command line, e.g. run(graph, items, ...) from Python): resume it the way it was made, "
+                         "with resume=True; or run the graph's factory with `jurygraph eval --protocol "
+                         "MODULE:FACTORY` from the start")
     saved = dict(manifest.get("cli", {}))
     saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
     given = explicit_dests(args.argv)
-    conflicts = []
+    conflicts, masked = [], []
     for key in sorted(set(saved) | set(vars(args))):
         if key in NOT_SETTINGS:
             continue
@@ -125,14 +141,17 @@ def _resume_args(args: argparse.Namespace,
         then = saved.get(key, default)  # an option newer than the run: the run had its default
         if key not in given:
             setattr(args, key, then)
-        elif key not in EXECUTION_ONLY and _plain(now) != _plain(then):
+            if MASK in json.dumps(then):
+                masked.append(f"--{key.replace('_', '-')}")
+        elif key not in EXECUTION_ONLY and _plain(redact_values(now)) != _plain(then):  # saved without credentials
             conflicts.append(f"--{key.replace('_', '-')} {_shown(now)} (the run has {_shown(then)})")
     if conflicts:
-        raise UsageError(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its settings: "
-                         "drop these options, or start a new run with another --out")
-    if args.base_url and MASK in args.base_url and "base_url" not in given:
-        raise UsageError(f"--resume {args.resume}: the run's --base-url had credentials, which are never stored; "
-                         "pass --base-url again")
+        raise UsageError(redact_text(f"--resume {args.resume}: {'; '.join(conflicts)}. A resumed run keeps its "
+                                     "settings: drop these options, or start a new run with another --out"))
+    if masked:
+        named = " and ".join(masked)
+        raise UsageError(f"--resume {args.resume}: the run's {named} had credentials, which are never stored; "
+                         f"pass {named} again")
     args.out = args.resume
     return args, manifest
 
@@ -151,9 +170,7 @@ def _shown(value: Any) -> str:
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Every option of the invocation (run-defining and execution-only), credentials removed, for the manifest;
     the protocol's own options under ``protocol_args`` as before."""
-    saved = {key: value for key, value in vars(args).items() if key not in NOT_SETTINGS}
-    if saved.get("base_url"):
-        saved["base_url"] = redact_url(saved["base_url"])
+    saved = {key: redact_values(value) for key, value in vars(args).items() if key not in NOT_SETTINGS}
     saved["protocol_args"] = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
     return _plain(saved)
 
@@ -166,15 +183,19 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args, previous = _resume_args(args, parser)
     if not args.dataset:
         raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
-    validate_numbers(args, args.protocol_dests)
+    validate_numbers(args)
+    check_ranges(args)
     cluster = _ray_options(args)
+    args.protocol = resolve_name(args.protocol)  # a protocol file's path, absolute: a resume may run elsewhere
     check_options(args.protocol, explicit_dests(args.argv))
+    option_values(protocol_spec(args.protocol), args)  # its options' values in range, before any data is read
     costs.check_cost_options(args, explicit_dests(args.argv))
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
     dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
-                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse)
+                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse,
+                           scale=Scale.parse(args.scale) if args.scale else None)
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)
     if not len(dataset):
@@ -185,18 +206,22 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          "(give each row its own id, or --map id=COLUMN)")
     # a JSONL/CSV table stays on disk: the runner reads it again item by item
     items = dataset.head(args.limit)
-    setup = build_protocol(args)  # first: its own errors (a calibration that cannot wrap the protocol) say more
+    # the data is known: the protocol's defaults that depend on it (both answer orders on pairwise data) are decided
+    # on its task kinds, whatever its source; first, so its own errors (a calibration that cannot wrap it) say more
+    setup = build_protocol(args, items.tasks)
     check_task(args.protocol, items.tasks, str(args.dataset))
-    check_doubt_signals(setup, args)
+    check_doubt_signals(setup, args, items.tasks)
     context = context_from_args(args, setup)
+    check_gen_options(args, setup, context, items,
+                      restored=bool(args.resume) and "gen" not in explicit_dests(args.argv))
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
                          "(a smoke-test model: its ratings carry no signal)")
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
-    if args.dry_run:
+    if args.dry_run and not args.pilot:
         return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
-    per_item = setup.requests_per_item()
+    per_item = setup.requests_per_item(next(iter(items), None), context)
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
                          f"{len(items)} items ({args.protocol}: {_params_line(setup.params)}); "
@@ -207,35 +232,75 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (LocalModelUnusable, ModuleNotFoundError) as err:
             raise UsageError(str(err)) from None  # before any item starts: none would run
     check_models(context)
-    out = Path(args.out or f"runs/{args.protocol}-{Path(str(args.dataset)).stem}")
-    invocation = {"at": datetime.now(UTC).isoformat(), "pid": os.getpid(), "resume": bool(args.resume),
-                  "execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
+    out = Path(args.out or f"runs/{short_name(args.protocol)}-{Path(str(args.dataset)).stem}")
+    if args.resume:
+        _check_dataset(previous, dataset.sha256, str(args.dataset), args.dataset_changed)
+    invocation = {"execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
+    if args.pilot:
+        invocation["execution"]["pilot"] = args.pilot
     manifest = {
         "protocol": args.protocol, "parameters": setup.params, "dataset": {"name": dataset.name,
         "source": str(args.dataset), "sha256": dataset.sha256, "rows_skipped": len(dataset.errors)},
         "models": _model_labels(context), "requests_per_item": per_item, "cli": _settings(args),
         # the run's generation settings; the parameters each agent was called with are in "generation"
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
-        "invocations": [*previous.get("invocations", []), invocation],
+        "invocation": invocation,
     }
     budget = costs.before_run(args, setup, context, items, prices)
-    try:
-        summary = run(setup.graph, items, out_dir=out, context=context, concurrency=args.concurrency,
-                      checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
-                      resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
-                      manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args),
-                      ray=cluster)
-    except KeyboardInterrupt as stop:
-        print(f"jurygraph: {stop}", file=sys.stderr)
-        return 130
-    except RunAborted as stop:
-        done = stop.summary
-        sent = f" ({done.done} items done, {done.attempts} HTTP requests sent)" if done else ""
-        print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
-              file=sys.stderr)
-        return stop.exit_code
+
+    def judged(these: Any) -> RunSummary | int:
+        """The run over ``these`` items, or the exit code it stopped with (said in one line)."""
+        try:
+            return run(setup.graph, these, out_dir=out, context=context, concurrency=args.concurrency,
+                       checkpoint=args.checkpoint, cache=False if args.no_cache else (args.cache or True),
+                       resume=bool(args.resume), keep_checkpoints=args.keep_checkpoints, progress=not args.quiet,
+                       manifest=manifest, prices=prices, budget=budget, batch=costs.batch_options(args), ray=cluster)
+        except KeyboardInterrupt as stop:
+            print(f"jurygraph: {stop}", file=sys.stderr)
+            return 130
+        except RunAborted as stop:
+            done = stop.summary
+            sent = f" ({_plural(done.done, 'item')} done, {_plural(done.attempts, 'HTTP request')} sent)" \
+                if done else ""
+            print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
+                  file=sys.stderr)
+            return stop.exit_code
+
+    if args.pilot:  # the first items for real: their replies' lengths give the expected figure of the rest
+        piloted = judged(items.head(args.pilot))
+        if isinstance(piloted, int):
+            return piloted
+        args.resume = str(out)  # what follows continues the run the pilot began
+        if args.dry_run:
+            if not args.json:  # --json prints one JSON object; the pilot's figures are in its manifest
+                _print_summary(piloted, out)
+            return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
+        budget = costs.before_run(args, setup, context, items, prices)
+    summary = judged(items)
+    if isinstance(summary, int):
+        return summary
     _print_summary(summary, out)
     return 1 if summary.failed else 0
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _check_dataset(previous: dict[str, Any], sha256: str, source: str, policy: str) -> None:
+    """A resume reads the dataset the run read last, or says so: exit 2 naming the file (the run is left as it
+    was), unless ``--dataset-changed continue``, which the manifest records (:class:`RunManifest` keeps both)."""
+    from jurygraph.running.rundir import DatasetInfo
+
+    if not previous.get("dataset"):
+        return
+    read = DatasetInfo.model_validate(previous["dataset"]).current()
+    if not read or read == sha256 or policy == "continue":
+        return
+    raise UsageError(f"--resume: the dataset {source} changed since the run read it (sha256 {read[:12]}..., now "
+                     f"{sha256[:12]}...): its finished items were judged on the old text. Restore the file, or pass "
+                     "--dataset-changed continue to go on (the manifest records both hashes and which items were "
+                     "judged on which)")
 
 
 def awaiting_line(count: int) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_json, doubt_reports, panel_records
 from jurygraph.measuring.families import FAMILIES, Rule, parse_rules
 from jurygraph.measuring.metaeval import (
@@ -51,7 +52,7 @@ from jurygraph.measuring.tables import (
     label_table,
     results_csv,
 )
-from jurygraph.running.rundir import CHECKPOINTS, read_manifest
+from jurygraph.running.rundir import CHECKPOINTS, RunManifest, read_manifest
 
 
 def slug(name: str) -> str:
@@ -211,18 +212,42 @@ def diagnose(named: Sequence[tuple[str, list[dict[str, Any]]]], paths: Sequence[
     panels: list[Panel] = []
     warnings: list[FamilyWarning] = []
     names, records = [n for n, _ in named], [r for _, r in named]
-    by_run = member_position(names, records, manifests)
+    readings = panels_of(manifests, records)
+    by_run = member_position(names, records, manifests, readings)
     for k, ((name, run), method) in enumerate(zip(named, methods, strict=True)):
         found = panel_diagnostics(name, run, method, statistic=args.compare_stat, level=args.level,
-                                  resamples=args.resamples, confidence=args.confidence, seed=args.seed)
+                                  resamples=args.resamples, confidence=args.confidence, seed=args.seed,
+                                  panel=readings[k])
         for panel in found:
             if panel.target == "pairwise":
                 panel.position = by_run.get(k, [])
         panels += found
         systems = run_systems(paths[k], run, manifests[k])
         if systems:
-            warnings += same_family(name, run, systems, rules)
+            warnings += same_family(name, run, systems, rules, readings[k])
     return panels, warnings
+
+
+def panels_of(manifests: Sequence[dict[str, Any] | None],
+              records: Sequence[Sequence[dict[str, Any]]] | None = None) -> list[PanelMembers | None]:
+    """Each run's protocol's reading of its panel members (its spec's, :mod:`jurygraph.graphs.spec`); None for a
+    run that names no protocol, or whose protocol cannot be found here: then every agent with a judgment is a
+    member, and a warning says so when the run's ``records`` have judgments to read."""
+    if not any((manifest or {}).get("protocol") for manifest in manifests):
+        return [None] * len(manifests)
+    from jurygraph.graphs.registry import UnknownProtocol, find  # the protocols' graphs: only when a run names one
+
+    found: list[PanelMembers | None] = []
+    for k, manifest in enumerate(manifests):
+        name = (manifest or {}).get("protocol")
+        try:
+            found.append(find(str(name)).panel if name else None)
+        except (UnknownProtocol, ValueError) as err:
+            if records is None or any(record.get("judgments") for record in records[k]):
+                print(f"jurygraph: warning: {err}: its panel's members are read as every agent with a judgment",
+                      file=sys.stderr)
+            found.append(None)
+    return found
 
 
 def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], biases: Sequence[PositionBias],
@@ -239,6 +264,25 @@ def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], b
         "same_family": [family_json(w) for w in warnings],
         "family_rule": [{"family": f, "pattern": p} for f, p in rules],
     }
+
+
+def totals_table(names: Sequence[str], manifests: Sequence[dict[str, Any] | None]) -> Table | None:
+    """What each run judged and paid over every invocation (its manifest's totals), beside its agreement."""
+    rows = []
+    for name, data in zip(names, manifests, strict=True):
+        if data is None:
+            continue
+        totals = RunManifest.model_validate(data).totals()
+        cost = "–" if totals["cost_usd"] is None else f"{totals['cost_usd']:.4f}"
+        rows.append([name, f"{totals['done']} of {totals['items'] if totals['items'] is not None else '?'}",
+                     f"{totals['requests']:,}", f"{totals['attempts']:,}",
+                     f"{totals['input_tokens']:,} + {totals['output_tokens']:,}", cost, f"{totals['seconds']:.1f}",
+                     str(totals["invocations"])])
+    if not rows:
+        return None
+    return Table("What each run judged and paid (over every invocation)", ["Method", "Items done", "Requests",
+                 "HTTP attempts", "Tokens (in + out)", "USD", "Seconds", "Invocations"], rows,
+                 notes=["USD: – where no model of the run has a price"])
 
 
 def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, Any]]]], list[str],
@@ -271,9 +315,12 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"jurygraph: warning: {warning.run}: {warning.member} ({warning.model}) is of the family of "
               f"{warning.system} ({warning.family}), a system it judges", file=sys.stderr)
+    totals = totals_table([name for name, _ in named], manifests)
     if args.json:
-        text = json.dumps(as_json(methods, pairs, biases, panels, warnings, rules, args, doubts), indent=2,
-                          ensure_ascii=False)
+        data = as_json(methods, pairs, biases, panels, warnings, rules, args, doubts)
+        data["runs"] = [{"name": name, "path": path, "totals": RunManifest.model_validate(m).totals()}
+                        for (name, _), path, m in zip(named, paths, manifests, strict=True) if m is not None]
+        text = json.dumps(data, indent=2, ensure_ascii=False)
         print(text)
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -291,6 +338,8 @@ def cmd_metaeval(args: argparse.Namespace) -> int:
     for report in doubts:
         sections += [(f"{kind}_{slug(report.name)}_{slug(report.target)}", table)
                      for kind, table in coverage_tables(report)]
+    if totals is not None:
+        sections.append(("totals", totals))
     for name, table in sections:
         print("\n" + table.text())
         if out is not None:

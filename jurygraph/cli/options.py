@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import difflib
+import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph import StateGraph
 
 from jurygraph.cli.preflight import UsageError
 from jurygraph.cli.protocols import ProtocolSetup
+from jurygraph.graphs.escalation import ESCALATION
+from jurygraph.judging.items import EvalItem
 from jurygraph.llm.limits import ProviderGates, parse_limits
-from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen
+from jurygraph.llm.models import ALL_AGENTS, JuryContext, ModelSpec, check_gen_range, parse_gen, to_spec
 from jurygraph.llm.redact import redact_url
 
 
@@ -45,8 +52,9 @@ def add_model_arguments(group: Any) -> None:
                        help="ask OpenAI/Gemini models for judgments as JSON-schema output (the papers read free "
                             "text, the default); the other agents then hear the model's own text field")
     group.add_argument("--gen", action="append", metavar="AGENT.PARAM=VALUE",
-                       help="override a generation parameter (temperature, top_p, max_tokens, n; VALUE 'none' = "
-                            "the provider's default) for an agent name or role, or '*'/all for every agent, e.g. "
+                       help="override a generation parameter (temperature: 0-2 for OpenAI and Gemini; top_p in "
+                            "(0, 1]; max_tokens, n: at least 1; VALUE 'none' = the provider's default) for an agent "
+                            "name or role of the protocol, or '*'/all for every agent, e.g. "
                             "--gen Critic.temperature=0.7 --gen area_chair.max_tokens=256; default: each "
                             "protocol's paper settings")
 
@@ -93,3 +101,99 @@ def _specs(models: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             model = model.model_copy(update=params)
         out[name] = model
     return out
+
+
+# --- --gen names agents the protocol has, with values their models take ---
+
+
+def check_gen_options(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext,
+                      items: Iterable[EvalItem], *, restored: bool = False) -> None:
+    """``--gen`` against the protocol as built: the agents and roles it names are the graph's (the escalation's
+    included), found by running it on the first item; its values in each reached model's documented range.
+    ``restored``: the values are a resumed run's own (from before these checks): a warning, so the run can go on."""
+    if not context.gen:
+        return
+    if restored:
+        try:
+            check_gen_options(args, setup, context, items)
+        except UsageError as err:
+            print(f"jurygraph: warning: {err} (the run's own --gen, kept on --resume)", file=sys.stderr)
+        return
+    agents = None
+    if set(context.gen) - {ALL_AGENTS}:
+        first = next(iter(items), None)
+        graphs = [setup.graph]
+        if setup.escalation_graph is not None:
+            graphs.append(setup.escalation_graph)
+        agents = graph_agents(graphs, first, context) if first is not None else None
+    check_gen(context, agents, str(setup.params.get("protocol") or args.protocol))
+
+
+def graph_agents(graphs: Iterable[Any], item: EvalItem, context: JuryContext) -> dict[str, str] | None:
+    """Every agent the graphs call on ``item`` (name -> role), read from the graphs themselves: each is run as the
+    dry run runs it (synthetic replies, no request sent), once with a panel that never agrees and a Critic that
+    always objects (every loop at its longest, the tie-breaker called) and once the other way. None when a graph
+    cannot be run so (then nobody can say which names it has). A ``--gen`` an agent cannot take (``n`` for a
+    single-reply call) is raised as the UsageError it would fail every item with."""
+    from jurygraph.running.estimate import FEWEST, MOST, SyntheticReplies, planned_context
+
+    heard: dict[str, str] = {}
+
+    class Listening(SyntheticReplies):
+        def answer(self, call: Any) -> Any:
+            heard[call.request.agent] = call.request.role
+            return super().answer(call)
+
+    state = {"item": item.model_dump(mode="json", exclude_none=True)}
+    for graph in graphs:
+        app = graph.compile() if isinstance(graph, StateGraph) else graph
+        for scenario in (MOST, FEWEST):
+            try:
+                app.invoke(state, context=planned_context(context, Listening(scenario, tokenizer="approximate")))
+            except ValueError as err:
+                if str(err).startswith("--gen"):
+                    raise UsageError(str(err)) from None
+                return None
+            except Exception:
+                return None
+    return heard
+
+
+def check_gen(context: JuryContext, agents: dict[str, str] | None, protocol: str) -> None:
+    """Each ``--gen`` names an agent or a role of the protocol (``agents``: :func:`graph_agents`; not checked when
+    None), and its value is in the documented range of every model it reaches. UsageError in one line naming the
+    flag, the value, and for an unknown name the close match and the names there are."""
+    for target, params in context.gen.items():
+        if target != ALL_AGENTS and agents is not None and target not in agents and target not in agents.values():
+            names, roles = list(agents), sorted(set(agents.values()) - set(agents))
+            close = difflib.get_close_matches(target, [*names, *roles], n=1, cutoff=0.6)
+            first = f"{target}.{next(iter(params))}={_shown_value(next(iter(params.values())))}"
+            raise UsageError(f"--gen '{first}': {protocol} has no agent or role {target!r}"
+                             + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + f"; its agents: {', '.join(names)}" + (f"; roles: {', '.join(roles)}" if roles else "")
+                             + "; or '*' for every agent")
+        for spec in _reached(context, target, agents):
+            for param, value in params.items():
+                try:
+                    check_gen_range(target, param, value, spec)
+                except ValueError as err:
+                    raise UsageError(str(err)) from None
+
+
+def _shown_value(value: Any) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _reached(context: JuryContext, target: str, agents: dict[str, str] | None) -> list[ModelSpec]:
+    """The model specs a ``--gen`` override for ``target`` applies to: those of the agents it names (every model
+    of the run for '*', or when the agents are not known), and the escalation's stronger model."""
+    def spec(choice: Any) -> ModelSpec | None:
+        return None if choice is None or isinstance(choice, BaseChatModel) else to_spec(choice)
+
+    if target == ALL_AGENTS or agents is None:
+        choices = [*context.models.values(), context.default]
+    else:
+        named = [(agent, role) for agent, role in agents.items() if target in (agent, role)]
+        choices = [context.models.get(agent, context.models.get(role, context.default)) for agent, role in named]
+        choices.append(context.models.get(ESCALATION))
+    return [found for found in map(spec, choices) if found is not None]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,24 +16,18 @@ class UsageError(ValueError):
     """The command cannot run as given (exit 2, one line)."""
 
 
-# option -> (smallest allowed value, whether the smallest is excluded)
+# option -> (smallest allowed value, whether the smallest is excluded); a protocol's options carry their own
+# ranges (graphs/spec.py: Option.minimum), checked with its options (cli.protocols.option_values)
 _BOUNDS: dict[str, tuple[float, bool]] = {
     "limit": (1, False), "concurrency": (1, False), "timeout": (0, True), "max_retries": (0, False),
     "workers": (1, False), "shard_size": (1, False),
-    # protocol options where 0 is meaningful: no peer discussion (ReFeR's own procedure), exact agreement
-    "peer_discussion": (0, False), "consensus_tolerance": (0, False),
 }
 
 
-def validate_numbers(args: argparse.Namespace, protocol_dests: Iterable[str]) -> None:
-    """Range checks: ``--limit``/``--concurrency`` >= 1, ``--timeout`` > 0, ``--max-retries`` >= 0, and every
-    whole-number protocol option (agents, turns, iterations, samples, k...) >= 1."""
-    bounds = dict(_BOUNDS)
-    for dest in protocol_dests:
-        value = getattr(args, dest, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            bounds.setdefault(dest, (1, False))  # protocol counts: a count of 0 or less judges nothing
-    for dest, (low, exclusive) in bounds.items():
+def validate_numbers(args: argparse.Namespace) -> None:
+    """Range checks of the run's options: ``--limit``/``--concurrency`` >= 1, ``--timeout`` > 0,
+    ``--max-retries`` >= 0, ``--workers``/``--shard-size`` >= 1."""
+    for dest, (low, exclusive) in _BOUNDS.items():
         value = getattr(args, dest, None)
         if value is None or isinstance(value, bool):
             continue

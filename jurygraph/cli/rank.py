@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from jurygraph.cli.metaeval import read_runs, run_systems
+from jurygraph.cli.metaeval import panels_of, read_runs, run_systems
 from jurygraph.cli.preflight import UsageError
 from jurygraph.measuring.families import FAMILIES, parse_rules
 from jurygraph.measuring.panel import same_family
@@ -57,8 +57,9 @@ def cmd_rank(args: argparse.Namespace) -> int:
     human = bradley_terry(labelled, human=True, resamples=args.resamples, confidence=args.confidence,
                           seed=args.seed) if labelled else None
     ratings = elo(found.battles, k=args.elo_k) if args.elo else None
-    for (name, records), named_systems in zip(named, systems, strict=True):
-        for warning in same_family(name, records, named_systems, rules):
+    panels = panels_of(manifests, [records for _, records in named])
+    for (name, records), named_systems, panel in zip(named, systems, panels, strict=True):
+        for warning in same_family(name, records, named_systems, rules, panel):
             print(f"jurygraph: warning: {name}: judge {warning.member} ({warning.model}) is of the family of "
                   f"{warning.system} ({warning.family}), which it ranks", file=sys.stderr)
     if args.json:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jurygraph.cli.metaeval import panels_of
 from jurygraph.cli.preflight import UsageError
 from jurygraph.measuring.report import RunInput, build_report
 from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
@@ -49,7 +50,7 @@ def read_run(entry: str, *, conversations: bool = True) -> RunInput:
     name = name or str(manifest.get("protocol") or Path(path).name)
     png, text = diagram(manifest)
     views = item_views(path, [str(r.get("id")) for r in records]) if conversations else {}
-    return RunInput(name, path, manifest, records, views, png, text)
+    return RunInput(name, path, manifest, records, views, png, text, panels_of([manifest], [records])[0])
 
 
 def item_views(run_dir: str, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -80,7 +81,7 @@ def diagram(manifest: dict[str, Any]) -> tuple[bytes | None, str | None]:
     args.calibrate, args.no_calibrate = None, True
     try:
         graph = build_protocol(args).graph
-    except (ValueError, KeyError, TypeError) as err:  # a run of an older or unknown protocol: no diagram
+    except (ValueError, LookupError, TypeError) as err:  # a run of an older or unknown protocol: no diagram
         print(f"jurygraph: no diagram for {manifest.get('protocol')}: {err}", file=sys.stderr)
         return None, None
     try:

@@ -1,8 +1,10 @@
 """``jurygraph review RUN_DIR``: a person decides the items the run paused for review (``--review-when``).
 
-Interactively, each waiting item is shown as ``jurygraph show`` prints it (the transcript, the judgments, the verdict
-and the human label if any), then the panel's verdict and its doubt signals, and the reviewer answers ``1``, ``2``,
-``tie``, a score or a choice's answer (``s`` skips the item, ``q`` or end of input stops), then an optional note.
+Interactively, each waiting item is shown as ``jurygraph show`` prints it (the transcript, the judgments, the verdict)
+but without the human label, then the panel's verdict and its doubt signals, and the reviewer answers ``1``, ``2``,
+``tie``, a score or a choice's answer (``s`` skips the item, ``q`` or end of input stops), then an optional note; the
+human label, if the item has one, is shown once the verdict is recorded (metaeval scores the reviewer against it, so
+it must not be seen before).
 ``--item ID --verdict V [--note TEXT]`` does one item without prompting. Either way the item's graph is resumed with
 ``Command(resume=...)`` and its results line records the reviewer's verdict, the reviewer (``--reviewer``, default
 the login name), the time, the note and the panel's original verdict (:mod:`jurygraph.running.review`).
@@ -18,7 +20,7 @@ from typing import Any
 from jurygraph.cli.eval import awaiting_line
 from jurygraph.cli.preflight import UsageError
 from jurygraph.cli.protocols import build_protocol, manifest_args
-from jurygraph.cli.show import item_view, judgment_line, render
+from jurygraph.cli.show import human_text, item_view, judgment_line, render
 from jurygraph.judging.items import as_item
 from jurygraph.nodes.review import login_name, read_review
 from jurygraph.running.review import Review, reviewing
@@ -43,6 +45,8 @@ def add_arguments(review: argparse.ArgumentParser) -> None:
 def cmd_review(args: argparse.Namespace) -> int:
     if args.verdict is not None and not args.item:
         raise UsageError("--verdict needs --item ID (which item it decides)")
+    if args.list and args.verdict is not None:
+        raise UsageError("--list only reads the run; give --item ID --verdict V without it")
     if args.note is not None and args.verdict is None:
         raise UsageError("--note goes with --item ID --verdict V (interactively, the note is asked for)")
     manifest = read_manifest(args.run_dir)
@@ -53,7 +57,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         return 0
     graph = build_protocol(manifest_args(manifest)).graph
     reviewer = args.reviewer or login_name()
-    with reviewing(graph, args.run_dir, checkpoint=args.checkpoint) as review:
+    with reviewing(graph, args.run_dir, checkpoint=args.checkpoint, read_only=args.list) as review:
         if args.verdict is not None:
             record = review.answer(args.item, {"verdict": args.verdict, "reviewer": reviewer, "note": args.note})
             print(_recorded(record))
@@ -84,7 +88,8 @@ def _interactive(review: Review, pending: list[str], reviewer: str, ask: Callabl
     done = skipped = 0
     for number, item_id in enumerate(pending, 1):
         values, request = review.waiting(item_id)
-        print(f"\n=== {number}/{len(pending)} ===\n{render(item_view(item_id, values))}")
+        # the human label stays hidden until the reviewer has decided: metaeval scores the reviewer against it
+        print(f"\n=== {number}/{len(pending)} ===\n{render(_blind(item_view(item_id, values)), human=False)}")
         print(_doubt_lines(request))
         answer = _ask_verdict(request, values, ask)
         if answer is None:
@@ -95,9 +100,21 @@ def _interactive(review: Review, pending: list[str], reviewer: str, ask: Callabl
         note = _ask(ask, "note (Enter for none): ")
         record = review.answer(item_id, {"verdict": answer, "reviewer": reviewer, "note": note or None})
         print(_recorded(record))
+        if record.get("human"):
+            print(f"human: {human_text(record['human'])}")
         done += 1
     print(f"\nreviewed {done}, skipped {skipped}")
     return done
+
+
+def _blind(value: Any) -> Any:
+    """The item's view without any human label in it (the item's, or a copy of the item a protocol keeps in its
+    state), for a reviewer who has not decided yet."""
+    if isinstance(value, dict):
+        return {key: _blind(item) for key, item in value.items() if key != "human"}
+    if isinstance(value, list):
+        return [_blind(item) for item in value]
+    return value
 
 
 def _ask(ask: Callable[[str], str], prompt: str) -> str | None:

@@ -1,4 +1,5 @@
-"""``jurygraph show RUN_DIR ITEM_ID [--json]``: one item's debate as a transcript, read from the checkpoints.
+"""``jurygraph show RUN_DIR ITEM_ID [--json]``: one item's debate as a transcript, read from the checkpoints;
+``jurygraph show RUN_DIR``: the run's totals over every invocation and each invocation's, from its manifest.
 
 It reads the latest checkpoint of the item's thread (thread_id = item id), which holds the final state
 whether the run kept every step's checkpoint or only the final one: each agent's persona, what every agent
@@ -21,7 +22,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from jurygraph.cli.preflight import UsageError
 from jurygraph.judging.state import escalation_transcript, message_data, transcript_data
 from jurygraph.running.checkpoints import NoCheckpoints, open_saver
-from jurygraph.running.rundir import CHECKPOINTS, read_manifest, read_results
+from jurygraph.running.rundir import CHECKPOINTS, load_manifest, read_manifest, read_results
 
 # state keys shown in their own sections; any other key a protocol keeps (DEBATE's scores and reviews...) is
 # listed under "state"
@@ -30,18 +31,56 @@ _SHOWN = {"item", "histories", "transcript", "judgments", "verdict", "usage", "r
 
 def add_arguments(show: argparse.ArgumentParser) -> None:
     show.add_argument("run_dir", metavar="RUN_DIR")
-    show.add_argument("item_id", metavar="ITEM_ID")
-    show.add_argument("--json", action="store_true", help="print the item as JSON")
+    show.add_argument("item_id", metavar="ITEM_ID", nargs="?",
+                      help="the item to show; without it, the run's totals (items, requests, tokens, cost, wall time "
+                           "over every invocation, then each invocation's)")
+    show.add_argument("--json", action="store_true", help="print the item (or the run's totals) as JSON")
     show.add_argument("--checkpoint", help="the run's checkpoint store when not RUN_DIR/checkpoints.sqlite "
                                            "(e.g. its postgres:// URL)")
     show.set_defaults(handler=cmd_show)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.item_id is None:
+        print(run_totals(args.run_dir, as_json=args.json))
+        return 0
     values = item_state(args.run_dir, args.item_id, args.checkpoint)
     view = item_view(args.item_id, values)
     print(json.dumps(view, indent=2, ensure_ascii=False) if args.json else render(view))
     return 0
+
+
+def run_totals(run_dir: str | Path, *, as_json: bool = False) -> str:
+    """The run's totals (its manifest's, over every invocation) and each invocation's, as text or JSON."""
+    manifest = load_manifest(run_dir)
+    if manifest is None:
+        raise UsageError(f"{run_dir}: no manifest.json (is it a jurygraph run directory?)")
+    totals = manifest.totals()
+    invocations: list[dict[str, Any]] = [{"at": i.at, "resume": i.resume, "ended": i.ended, "stopped": i.stopped,
+                    "counts": i.counts.model_dump(mode="json") if i.counts else None,
+                    "spend": i.spend.model_dump(mode="json") if i.spend else None} for i in manifest.invocations]
+    if as_json:
+        return json.dumps({"run": str(run_dir), "protocol": manifest.protocol, "totals": totals,
+                           "spend": manifest.spend.model_dump(mode="json") if manifest.spend else None,
+                           "usage_by_model": manifest.usage_by_model, "invocations": invocations},
+                          indent=2, ensure_ascii=False)
+    cost = "no price known" if totals["cost_usd"] is None else f"${totals['cost_usd']:.4f}"
+    lines = [f"{run_dir}: {manifest.protocol or '?'}, {totals['done']} of {totals['items'] or '?'} items done"
+             + (f", {totals['failed']} failed" if totals["failed"] else "")
+             + (f", {totals['awaiting_review']} await review" if totals["awaiting_review"] else ""),
+             f"over {totals['invocations']} invocation(s): {totals['requests']:,} requests "
+             f"({totals['attempts']:,} HTTP attempts), {totals['input_tokens']:,} + {totals['output_tokens']:,} "
+             f"tokens, {cost}, {totals['seconds']:.1f} s"]
+    for number, invocation in enumerate(manifest.invocations, start=1):
+        spend, counts = invocation.spend, invocation.counts
+        how = "killed before its end" if not invocation.ended and number < len(invocations) else \
+            invocation.stopped or ("running or killed" if not invocation.ended else "finished")
+        paid = "" if spend is None else (f": {spend.requests:,} requests, {spend.tokens:,} tokens"
+                                         + ("" if spend.cost_usd is None else f", ${spend.cost_usd:.4f}"))
+        done = f", {counts.done} items done" if counts else ""
+        lines.append(f"  {number}. {(invocation.at or '')[:19]}{' resume' if invocation.resume else ''}{paid}{done} "
+                     f"({how})")
+    return "\n".join(lines)
 
 
 def item_state(run_dir: str | Path, item_id: str, checkpoint: str | None = None) -> dict[str, Any]:
@@ -151,7 +190,13 @@ def decision_lines(verdict: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(view: dict[str, Any]) -> str:
+def human_text(human: dict[str, Any] | None) -> str:
+    """An item's human labels as text: 'label tie', 'coherence 4, fluency 2', or 'none'."""
+    return ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
+
+
+def render(view: dict[str, Any], *, human: bool = True) -> str:
+    """The item as text; ``human=False`` leaves the human label out (a reviewer deciding the item must not see it)."""
     item = view["item"]
     head = " · ".join(str(x) for x in (view["id"], item.get("task"), item.get("dataset"), item.get("aspect")) if x)
     lines = [f"item {head}", *_texts(item)]
@@ -172,8 +217,6 @@ def render(view: dict[str, Any]) -> str:
     verdict = view["verdict"] or {}
     shown = judgment_line(verdict) if verdict else "none (the item did not finish)"
     method = f" [{verdict['method']}]" if verdict.get("method") else ""
-    human = view["human"]
-    human_text = ", ".join(f"{k} {v}" for k, v in human.items()) if human else "none"
-    lines.append(f"\nverdict: {shown}{method}    human: {human_text}")
+    lines.append(f"\nverdict: {shown}{method}" + (f"    human: {human_text(view['human'])}" if human else ""))
     lines += decision_lines(verdict)
     return "\n".join(lines)

@@ -14,6 +14,11 @@ from jurygraph.judging.judgments import Judgment, Verdict, pairwise_label
 # "average" is ChatEval's word (its CLI option), "mean" the verdict's method name: the same rule
 AggregateMethod = Literal["mean", "average", "majority"]
 AGGREGATE_METHODS: tuple[str, ...] = ("average", "majority")
+# an unreadable judgment: "missing" (jurygraph: left out and counted) or "code" (ChatEval's released code: the
+# same prompt asked up to CODE_ATTEMPTS times, then its scoring turns a pairwise item into a tie)
+UnreadableRule = Literal["missing", "code"]
+UNREADABLE_RULES: tuple[str, ...] = ("missing", "code")
+CODE_ATTEMPTS = 3  # agentverse's BaseAgent.max_retry
 
 
 def majority_label(labels: Iterable[str]) -> tuple[str | None, dict[str, int]]:
@@ -61,6 +66,19 @@ def aggregate(judgments: Iterable[Judgment], kind: TaskKind, method: AggregateMe
     label = pairwise_label(1, 0) if winner == "1" else pairwise_label(0, 1) if winner == "2" else "tie"
     return Verdict(method="majority", label=label, score_1=s1, score_2=s2, votes=votes,
                    detail={} if scored else {"no_scores": True}, **base)
+
+
+def tie_on_unreadable(judgments: Iterable[Judgment], kind: TaskKind) -> Verdict | None:
+    """ChatEval's released scoring (``calc_score_calibration``'s ``try``/``except``: "tie") when a pairwise
+    item has an unreadable judgment: the item is a tie, whatever the others said. None when every judgment
+    is readable, or for score and choice items (the code has no such rule for them)."""
+    all_judgments = list(judgments)
+    unreadable = [j.agent for j in all_judgments if j.missing]
+    if kind is not TaskKind.PAIRWISE or not unreadable:
+        return None
+    return Verdict(kind=kind, method="unreadable judgment: tie (released code)", label="tie",
+                   n_judgments=len(all_judgments) - len(unreadable), n_missing=len(unreadable),
+                   detail={"unreadable_tie": unreadable})
 
 
 def consensus(judgments: Iterable[Judgment], tolerance: float = 0.0) -> bool:

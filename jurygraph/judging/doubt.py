@@ -50,17 +50,18 @@ class Signal:
     kind: str  # "share", "number", "flag", "count"
     doubtful: str  # "<": low values are doubtful; ">": high values are
     meaning: str
-    applies: str  # where the signal exists (an error message names it when a run would never have it)
+    applies: str  # where the signal exists (an error message names it when a run would never have it; which
+    # protocols give it is their specs' to say: ProtocolSpec.signals)
 
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("agreement", "share", "<", "share of the panel's members with the majority label",
-           "a panel of two or more members on pairwise or choice items (chateval, ensemble, refer)"),
+           "a panel of two or more members on pairwise or choice items"),
     Signal("spread", "number", ">", "highest minus lowest member score",
-           "a panel of two or more members on score items (chateval, ensemble, refer)"),
+           "a panel of two or more members on score items"),
     Signal("margin", "number", "<", "|score_1 - score_2| of the pairwise verdict", "pairwise items"),
     Signal("sample_spread", "number", ">", "standard deviation of the n samples' ratings",
-           "n >= 2 samples on score items (ReFeR Turbo's area chair, G-Eval, Analyze-Rate)"),
+           "n >= 2 samples of one judge's rating on score items"),
     Signal("flip", "flag", ">", "the verdict changes with the answer order",
            "pairwise items judged in both answer orders (--calibrate bpc)"),
     Signal("missing", "count", ">", "judges without a readable judgment", "every protocol"),

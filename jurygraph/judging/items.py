@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,20 @@ class Scale(BaseModel):
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high
 
+    @classmethod
+    def parse(cls, text: str) -> Scale:
+        """``"1-5"`` (also ``1..5``, ``1,5``, ``0-1``, ``-2-2``, ``1.5-4.5``); ValueError saying how to write one."""
+        match = _SCALE.match(text)
+        low, high = (float(match["low"]), float(match["high"])) if match else (0.0, 0.0)
+        if match is None or not low < high:
+            raise ValueError(f"--scale {text!r}: write LOW-HIGH with LOW below HIGH, e.g. --scale 1-5")
+        return cls(low=low, high=high)
+
     def __str__(self) -> str:
         return f"{format_number(self.low)}-{format_number(self.high)}"
+
+
+_SCALE = re.compile(r"^\s*(?P<low>-?\d+(?:\.\d+)?)\s*(?:-|–|\.\.|,)\s*(?P<high>-?\d+(?:\.\d+)?)\s*$")
 
 
 def format_number(x: float) -> str:
@@ -64,6 +77,18 @@ _PAIRWISE_SPELLINGS = {
 def pairwise_label(value: Any) -> str | None:
     """'1', '2' or 'tie' for a common spelling of a pairwise preference, None for anything else."""
     return _PAIRWISE_SPELLINGS.get(str(value).strip().lower())
+
+
+class MissingFields(ValueError):
+    """An item lacks fields its task needs; ``fields`` names them (a loader says which columns would give them)."""
+
+    def __init__(self, item_id: str, task: TaskKind, fields: list[str]) -> None:
+        super().__init__(f"item {item_id!r}: a {task.value} item needs {', '.join(repr(f) for f in fields)}")
+        self.item_id, self.task, self.fields = item_id, task, fields
+
+
+class UnknownLabel(ValueError):
+    """A pairwise item's human label is none of the spellings of 1, 2 or tie."""
 
 
 class EvalItem(BaseModel):
@@ -124,14 +149,12 @@ class EvalItem(BaseModel):
             needed = ("question",)
         missing = [name for name in needed if getattr(self, name) in (None, "")]
         if missing:
-            raise ValueError(
-                f"item {self.id!r}: a {self.task.value} item needs {', '.join(repr(m) for m in missing)}"
-            )
+            raise MissingFields(self.id, self.task, missing)
         if self.human and self.task is TaskKind.PAIRWISE and "label" in self.human:
             label = pairwise_label(self.human["label"])
             if label is None:
-                raise ValueError(f"item {self.id!r}: human label {self.human['label']!r} must be '1', '2' or 'tie' "
-                                 "(or A/B, model_a/model_b, Assistant 1/2, tie in any case)")
+                raise UnknownLabel(f"item {self.id!r}: human label {self.human['label']!r} must be '1', '2' or "
+                                   "'tie' (or A/B, model_a/model_b, Assistant 1/2, tie in any case)")
             self.human = {**self.human, "label": label}
         return self
 

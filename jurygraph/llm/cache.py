@@ -15,7 +15,7 @@ import json
 import sqlite3
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,22 @@ def decode_value(stored: bytes | str) -> Any:
     if stored[:1] != _DEFLATE_V1:
         raise ValueError(f"LLM cache value in an unknown format ({stored[:1]!r})")
     return json.loads(zlib.decompressobj(-15, zdict=_ZDICT).decompress(stored[1:]))
+
+
+def answer_usage(value: Any) -> tuple[str, dict[str, int]]:
+    """A cached answer's model name and usage (requests, input and output tokens). n samples whose messages all carry
+    the same usage came as one request (a provider's native ``n`` puts the whole response's usage on each)."""
+    if isinstance(value, dict) and "raw" in value and "parsed" in value:  # a structured call's (raw, parsed)
+        value = value["raw"]
+    messages = value if isinstance(value, list) else [value]
+    metas = [((m.get("kwargs") or {}).get("usage_metadata") or {}) if isinstance(m, dict) else {} for m in messages]
+    native = len(metas) > 1 and all(meta == metas[0] for meta in metas)
+    counted = metas[:1] if native else metas
+    first = messages[0].get("kwargs", {}) if messages and isinstance(messages[0], dict) else {}
+    model = str((first.get("response_metadata") or {}).get("model_name") or "")
+    return model, {"requests": 1 if native else len(messages),
+                   "input_tokens": sum(int(meta.get("input_tokens", 0)) for meta in counted),
+                   "output_tokens": sum(int(meta.get("output_tokens", 0)) for meta in counted)}
 
 
 class LLMCache:
@@ -103,6 +119,14 @@ class LLMCache:
     def __len__(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def answers(self) -> Iterator[tuple[str, str, dict[str, int]]]:
+        """Every cached answer: its key, its model as the provider named it, and what it cost (requests, input and
+        output tokens, from the usage stored with it). What a run paid for before its spend ledger existed."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM calls").fetchall()
+        for key, stored in rows:
+            yield (key, *answer_usage(decode_value(stored)))
 
     def close(self) -> None:
         with self._lock:

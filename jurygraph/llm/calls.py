@@ -9,18 +9,21 @@ implementation, so graphs work with ``invoke`` in a notebook and with ``ainvoke`
 Two hooks on the runtime context serve the cost features (issue 20). ``JuryContext.replies``, a
 :class:`ReplySource`, answers the calls the cache does not hold instead of the provider: the dry run's synthetic
 replies, or batch mode's replies from a provider batch (a call still to be batched stops its item's graph with
-LangGraph's ``interrupt``). ``JuryContext.on_usage`` hears every paid call's usage as it is paid (the runner's
-live spend for ``--max-cost``, batch mode's per-item usage).
+LangGraph's ``interrupt``). ``JuryContext.on_usage`` hears every paid call's usage as it is paid, before its answer
+is cached or read (the runner records it in the run's spend ledger there, so a call the run used is a call on
+record), with the call's HTTP attempts (retries included) and cache key; and a failed call's attempts (no request
+paid).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -32,7 +35,7 @@ from langgraph.runtime import get_runtime
 from jurygraph.judging.extraction import AnswerForm, UnreadableReply
 from jurygraph.judging.judgments import Judgment
 from jurygraph.judging.state import BATCH_COUNTS, COUNTS
-from jurygraph.llm.models import JuryContext, MissingAPIKey, ResolvedModel
+from jurygraph.llm.models import JuryContext, MissingAPIKey, ResolvedModel, call_attempts
 from jurygraph.llm.redact import redact_text
 
 REASK = "Your reply could not be read ({reason}). Answer again, and output with the following format strictly:\n{form}"
@@ -55,6 +58,7 @@ class ModelRequest:
     params: dict[str, Any] = field(default_factory=dict)
     want_logprobs: bool = False
     sample_index: int = 0  # tells apart repeated identical requests (e.g. k sampled explanations)
+    reasks: int | None = None  # re-asks with the format reminder when unreadable; None: the run's (JuryContext.reasks)
     # parameters the user asked for by name (--gen): a model without them is an error; a protocol's paper
     # default that the model class has no field for (a custom chat model without top_p) is not sent
     required_params: frozenset[str] = frozenset()
@@ -270,7 +274,7 @@ def _plan(req: ModelRequest, resolved: ResolvedModel, ctx: JuryContext) -> Gener
             return ModelReply(reply, form.read(name, reply.text, attempts), [reply], [], resolved.label)
         except UnreadableReply as err:
             reason = reason or err
-        if attempts > ctx.reasks:
+        if attempts > (ctx.reasks if req.reasks is None else req.reasks):
             missing = Judgment.missing_for(name, form.kind, reply.text, str(reason), attempts)
             return ModelReply(reply, missing, [reply], [], resolved.label)
         messages = [*messages, AIMessage(reply.text), HumanMessage(REASK.format(reason=reason, form=form.reminder))]
@@ -317,9 +321,12 @@ def _io_sync(kind: str, messages: Sequence[BaseMessage], req: ModelRequest, reso
             with gate:
                 return model.invoke(list(messages), config)
 
-        answer = Answer(_retry_sync(send))
+        with _attempts_of(ctx, req, resolved) as attempts:
+            answer = Answer(_retry_sync(send))
+    else:
+        attempts = [0]
     if answer.paid:
-        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch)
+        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch, attempts=attempts[0], key=cache_key)
     if cache_key and answer.cache:
         ctx.cache.put(cache_key, _encode(kind, answer.out))  # type: ignore[union-attr]
     return answer.out
@@ -349,12 +356,32 @@ async def _io_async(kind: str, messages: Sequence[BaseMessage], req: ModelReques
             async with gate:
                 return await model.ainvoke(list(messages), config)
 
-        answer = Answer(await _retry_async(send))
+        with _attempts_of(ctx, req, resolved) as attempts:
+            answer = Answer(await _retry_async(send))
+    else:
+        attempts = [0]
     if answer.paid:
-        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch)
+        _account(usage, req, resolved, answer.out, ctx, batch=answer.batch, attempts=attempts[0], key=cache_key)
     if cache_key and answer.cache:
         await ctx.cache.aput(cache_key, _encode(kind, answer.out))  # type: ignore[union-attr]
     return answer.out
+
+
+@contextlib.contextmanager
+def _attempts_of(ctx: JuryContext, req: ModelRequest, resolved: ResolvedModel) -> Iterator[list[int]]:
+    """Count the HTTP attempts of one call sent to the provider (its model client's request hook adds to the list);
+    a call that fails (or is cancelled) tells ``ctx.on_usage`` the attempts it made, with no request paid."""
+    attempts = [0]
+    token = call_attempts.set(attempts)
+    try:
+        yield attempts
+    except BaseException:
+        if ctx.on_usage is not None and attempts[0]:
+            ctx.on_usage({req.agent: {"role": req.role, "model": resolved.label, **dict.fromkeys(COUNTS, 0),
+                                      "attempts": attempts[0]}})
+        raise
+    finally:
+        call_attempts.reset(token)
 
 
 def _answered(ctx: JuryContext, key: str | None, kind: str, messages: Sequence[BaseMessage], req: ModelRequest,
@@ -565,9 +592,10 @@ def effective_params(model: Any, req: ModelRequest) -> dict[str, Any]:
 
 
 def _account(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: ResolvedModel, out: Any,
-             ctx: JuryContext, *, batch: bool = False) -> None:
-    """Add tokens and requests to the agent's usage (and tell ``ctx.on_usage``); n native samples count as one
-    request. ``batch``: paid at batch prices, also counted under ``batch_*``."""
+             ctx: JuryContext, *, batch: bool = False, attempts: int = 0, key: str | None = None) -> None:
+    """Add tokens and requests to the agent's usage and tell ``ctx.on_usage`` (with the call's HTTP ``attempts`` and
+    cache ``key``), before the answer is cached or read; n native samples count as one request. ``batch``: paid at
+    batch prices, also counted under ``batch_*``."""
     messages = out if isinstance(out, list) else [out[0] if isinstance(out, tuple) else out]
     paid = {"requests": 1 if (not isinstance(out, list) or resolved.native_n) else len(out),
             "input_tokens": 0, "output_tokens": 0}
@@ -583,7 +611,8 @@ def _account(usage: dict[str, dict[str, Any]], req: ModelRequest, resolved: Reso
     for key, value in paid.items():
         entry[key] = entry.get(key, 0) + value
     if ctx.on_usage is not None:
-        ctx.on_usage({req.agent: {"role": req.role, "model": resolved.label, **paid}})
+        ctx.on_usage({req.agent: {"role": req.role, "model": resolved.label, **paid, "attempts": attempts,
+                                  "key": key}})
 
 
 # --- cache plumbing: the key covers everything that changes the answer, including the sample count ---

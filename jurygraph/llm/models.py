@@ -11,6 +11,7 @@ fails at the first call with the name of the variable to set.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 import weakref
@@ -18,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,11 +42,48 @@ ALL_AGENTS = "*"
 GEN_PARAMS: dict[str, type] = {"temperature": float, "top_p": float, "max_tokens": int, "n": int}
 
 
+@dataclass(frozen=True)
+class GenRange:
+    """The values a generation parameter may take: ``low`` (excluded when ``low_open``) up to ``high`` (None: no
+    upper bound)."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return above and (self.high is None or value <= self.high)
+
+    def __str__(self) -> str:
+        low = f"greater than {self.low:g}" if self.low_open else f"at least {self.low:g}"
+        if self.high is None:
+            return low
+        return f"in ({self.low:g}, {self.high:g}]" if self.low_open else f"between {self.low:g} and {self.high:g}"
+
+
+# what every model takes (a temperature below 0, no tokens or no samples mean nothing anywhere) ...
+GEN_RANGES: dict[str, GenRange] = {"temperature": GenRange(0), "top_p": GenRange(0, 1, low_open=True),
+                                   "max_tokens": GenRange(1), "n": GenRange(1)}
+# ... and what a provider's API documents beyond it: the OpenAI Chat Completions API (also what an OpenAI-compatible
+# server implements) and the Gemini API take a temperature from 0 to 2; the embedded llama.cpp model any from 0
+PROVIDER_GEN_RANGES: dict[str, dict[str, GenRange]] = {
+    "openai": {"temperature": GenRange(0, 2)},
+    "google_genai": {"temperature": GenRange(0, 2)},
+}
+
+
+def gen_range(param: str, provider: str | None = None) -> GenRange:
+    """The values ``param`` may take for a provider's models (None: for any model)."""
+    return PROVIDER_GEN_RANGES.get(provider or "", {}).get(param) or GEN_RANGES[param]
+
+
 def parse_gen(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
     """``AGENT.param=value`` overrides per agent name or role (``*`` or ``all``: every agent).
 
     The agent is everything before the last dot, so names with spaces work ("General Public.temperature=0.7").
-    Raises ValueError, in one line, for an unknown parameter or a value of the wrong type.
+    Raises ValueError, in one line, for an unknown parameter, a value of the wrong type or one no model takes
+    (a provider's own range is checked against the run's models: :func:`check_gen_range`).
     """
     out: dict[str, dict[str, Any]] = {}
     for pair in pairs or []:
@@ -59,10 +98,21 @@ def parse_gen(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
             parsed = None if text.lower() == "none" else GEN_PARAMS[param](text)
         except ValueError:
             raise ValueError(f"--gen {pair!r}: {param} takes a {GEN_PARAMS[param].__name__} (or none)") from None
-        if param == "n" and (parsed is None or parsed < 1):
+        if param == "n" and parsed is None:
             raise ValueError(f"--gen {pair!r}: n must be a positive integer")
+        if parsed is not None and parsed not in GEN_RANGES[param]:
+            raise ValueError(f"--gen {pair!r}: {param} must be {GEN_RANGES[param]} (got {parsed:g})")
         out.setdefault(ALL_AGENTS if agent.strip() == "all" else agent.strip(), {})[param] = parsed
     return out
+
+
+def check_gen_range(agent: str, param: str, value: Any, spec: ModelSpec) -> None:
+    """Raise ValueError, in one line naming the ``--gen`` flag and the value, when ``spec``'s provider documents a
+    narrower range for ``param`` than every model's."""
+    allowed = gen_range(param, spec.provider)
+    if value is not None and value not in allowed:
+        raise ValueError(f"--gen '{agent}.{param}={value:g}': {param} must be {allowed} for {spec.label} "
+                         f"(got {value:g})")
 
 
 class MissingAPIKey(RuntimeError):
@@ -136,6 +186,7 @@ class ModelSpec(BaseModel):
             return load_local_model(self.model, temperature=self.temperature, max_tokens=self.max_tokens)
         key = self._api_key()
         count = _CountAttempt(self.label)
+        base_url, query = split_query(self.base_url)
         if self.provider == "openai":
             import httpx
             from langchain_openai import ChatOpenAI
@@ -145,10 +196,13 @@ class ModelSpec(BaseModel):
             http_async_client = httpx.AsyncClient(
                 timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
                 event_hooks={"request": [count]})
+            # and a sync one with the same hook, so that a call from a sync invoke (a notebook, a review) counts too
+            http_client = httpx.Client(timeout=self.timeout, event_hooks={"request": [count]})
             return ChatOpenAI(
-                model=self.model, base_url=self.base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
+                model=self.model, base_url=base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
                 temperature=self.temperature, max_tokens=self.max_tokens,  # type: ignore[call-arg]
                 timeout=self.timeout, max_retries=self.max_retries, http_async_client=http_async_client,
+                http_client=http_client, default_query=query or None,
             )
         from langchain_google_genai import ChatGoogleGenerativeAI
 
@@ -158,10 +212,11 @@ class ModelSpec(BaseModel):
         # Our transport keeps its async calls on httpx, where the hook counts them: given none, google-genai sends
         # them through aiohttp whenever aiohttp is installed (inspect_ai, MLflow and many more bring it)
         return ChatGoogleGenerativeAI(  # type: ignore[call-arg]
-            model=self.model, google_api_key=key or "not-needed", base_url=self.base_url,
+            model=self.model, google_api_key=key or "not-needed", base_url=base_url,
             temperature=self.temperature, max_output_tokens=self.max_tokens, timeout=self.timeout,
             max_retries=self.max_retries + 1,
-            client_args={"event_hooks": {"request": [count]}, "transport": HttpxTransport(self.base_url)},
+            client_args={"event_hooks": {"request": [count]}, "transport": HttpxTransport(base_url),
+                         **({"params": query} if query else {})},
         )
 
     def check_key(self) -> None:
@@ -181,6 +236,16 @@ class ModelSpec(BaseModel):
         )
 
 
+def split_query(url: str | None) -> tuple[str | None, dict[str, str]]:
+    """A base URL without its query string, and the query's parameters. The clients append their endpoint's path to
+    the base URL as text (``.../v1?api_key=K`` + ``chat/completions`` = ``.../v1/?api_key=Kchat/completions``), so
+    a query (a proxy's ``?api_key=``, Azure's ``?api-version=``) is given to them as parameters of every request."""
+    if not url or "?" not in url:
+        return url, {}
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query="", fragment="")), dict(parse_qsl(parts.query, keep_blank_values=True))
+
+
 class _CountAttempt:
     """An httpx request hook counting a model's HTTP attempts in ``http_attempts``. langchain-google-genai hands
     the same client arguments to its sync and its async httpx client, so the hook serves both: it counts when
@@ -191,6 +256,9 @@ class _CountAttempt:
 
     def __call__(self, request: Any) -> _Done:
         http_attempts[self.label] += 1
+        attempts = call_attempts.get()
+        if attempts is not None:  # the call this request belongs to counts it (its ledger row's attempts)
+            attempts[0] += 1
         return _DONE
 
 
@@ -206,6 +274,9 @@ ModelLike = str | ModelSpec | BaseChatModel
 # every HTTP request the OpenAI-compatible and Gemini clients of this process sent, their own retries and the
 # failed ones included, by model label: the runner reports the difference over a run as its attempts
 http_attempts: Counter[str] = Counter()
+# the HTTP attempts of the model call running in this context (jurygraph.llm.calls sets it around each call; httpx
+# calls its request hooks in the task that sends, and the call's own tasks (n samples) share the list)
+call_attempts: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("call_attempts", default=None)
 
 
 def to_spec(value: str | ModelSpec | Mapping[str, Any]) -> ModelSpec:

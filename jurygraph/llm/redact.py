@@ -7,6 +7,7 @@ A base URL or a checkpoint URL may carry credentials (``http://user:TOKEN@host/v
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
@@ -46,3 +47,15 @@ def _redact_param(param: str) -> str:
 def redact_text(text: str) -> str:
     """Every URL inside a message redacted (error texts of HTTP clients quote the URL they called)."""
     return _URL.sub(lambda match: redact_url(match.group(0)), text)
+
+
+def redact_values(value: Any) -> Any:
+    """A JSON-like value (settings, option lists) with every URL inside its strings redacted: a model spec given as
+    ``--models Critic=openai:m@https://host/v1?api_key=K`` is stored as ``...?api_key=***``."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {key: redact_values(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_values(item) for item in value]
+    return value

@@ -3,8 +3,9 @@ between rounds, and do its moves go toward the human label or away from it?
 
 Rounds come from the records (``results.jsonl``):
 
-- DEBATE: the Scorer's score of every iteration (``verdict.detail.scores``): one member, revising after each
-  critique; the Critic gives no score, so there are no "others" to move toward, only the human label;
+- a protocol whose panel reads its rounds its own way (``Panel.rounds`` in its spec), e.g. DEBATE: the Scorer's
+  score of every iteration (``verdict.detail.scores``): one member, revising after each critique; the Critic
+  gives no score, so there are no "others" to move toward, only the human label;
 - ChatEval when judgments are asked every round (``--stop-when consensus``, ``--devil``): each referee's
   judgment of each round (``verdict.detail.round_judgments``; under a calibration, per run in
   ``verdict.detail.runs``, mapped to the original answer order).
@@ -25,8 +26,8 @@ from itertools import pairwise
 from statistics import fmean
 from typing import Any
 
-from jurygraph.judging.doubt import is_debate
-from jurygraph.measuring.members import SCORER, in_original_order
+from jurygraph.judging.panel import PanelMembers
+from jurygraph.measuring.members import in_original_order
 
 ORDINAL = {"1": 1.0, "tie": 0.0, "2": -1.0}  # a pairwise label as a number, Assistant 1 high
 
@@ -92,14 +93,15 @@ def _rounds(entries: Iterable[Mapping[str, Any]], run: str | None, task: str) ->
     return episode
 
 
-def episodes(record: Mapping[str, Any]) -> list[Episode]:
-    """The record's judgments per round, one episode per answer order (or MEC sample) judged."""
+def episodes(record: Mapping[str, Any], panel: PanelMembers | None = None) -> list[Episode]:
+    """The record's judgments per round, one episode per answer order (or MEC sample) judged; ``panel``: the run's
+    protocol's, when it reads its rounds its own way."""
     if record.get("status", "ok") != "ok":
         return []
+    if panel is not None and panel.rounds is not None:
+        return panel.rounds(record)
     detail = (record.get("verdict") or {}).get("detail") or {}
     task = str(record.get("task", "score"))
-    if is_debate(detail):
-        return [{SCORER: {i: None if s is None else float(s) for i, s in enumerate(detail["scores"])}}]
     if detail.get("round_judgments"):
         return [_rounds(detail["round_judgments"], None, task)]
     runs = detail.get("runs") or {}
@@ -117,13 +119,14 @@ def _human_distance(value: Value, human: Value) -> float:
     return float(value != human) if isinstance(value, str) else abs(value - float(human))
 
 
-def conformity(records: Iterable[Mapping[str, Any]]) -> list[Moves] | None:
-    """Each member's moves between rounds, then the sum (``"all"``); None when no record has rounds."""
+def conformity(records: Iterable[Mapping[str, Any]], panel: PanelMembers | None = None) -> list[Moves] | None:
+    """Each member's moves between rounds, then the sum (``"all"``); None when no record has rounds. ``panel``: the
+    run's protocol's (its spec's)."""
     found: dict[str, Moves] = {}
     any_rounds = False
     for record in records:
         human = human_value(record)
-        for episode in episodes(record):
+        for episode in episodes(record, panel):
             any_rounds = True
             for member, rounds in episode.items():
                 moves = found.setdefault(member, Moves(member))

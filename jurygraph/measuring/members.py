@@ -1,48 +1,37 @@
 """The members of a panel, read from a run's records: each judge whose judgment the verdict combines.
 
+Who they are is the protocol's to say (:class:`~jurygraph.judging.panel.PanelMembers`, in its spec); by default:
+
 - Per-agent ``judgments`` of a record: ChatEval's referees, the ensemble's personas, ReFeR's peers and area
-  chair (the last judgment of each; ChatEval's judgments of every round are in ``verdict.detail``).
+  chair (the last judgment of each; ChatEval's judgments of every round are in ``verdict.detail``), but the
+  panel's ``non_members``.
 - Under a calibration (``--calibrate bpc`` / ``mec``, ChatEval's default on pairwise data) the judgments are
   ``RUN/agent``, as the agent said them in the order it was shown: each is mapped to the original answer
   order, and a member's judgment of the item is the combination of its runs the calibration makes of the
   verdict's (the mean scores, :func:`~jurygraph.judging.aggregation.aggregate`), its runs kept in
   ``detail.runs`` so that :mod:`jurygraph.measuring.position` pairs its two orders as it pairs the verdict's.
-- DEBATE: one Scorer, before and after the Critic: its first score and its last (``verdict.detail.scores``).
-- FairEval's own evaluator (``--protocol single --calibrate``): its reviews ``<order> #<sample>`` are one judge.
 
-:func:`member_views` gives a run's records as each member would have them (its judgment as the verdict), so
-a member is measured exactly as the verdict is, by :func:`~jurygraph.measuring.metaeval.evaluate_records`.
+A protocol's panel may map judgments keys to members its own way (``member_of``: FairEval's reviews ``<order>
+#<sample>`` are one judge) or read its members whole (``read``: DEBATE's one Scorer, before and after the
+Critic). :func:`member_views` gives a run's records as each member would have them (its judgment as the
+verdict), so a member is measured exactly as the verdict is, by
+:func:`~jurygraph.measuring.metaeval.evaluate_records`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jurygraph.judging.aggregation import aggregate
-from jurygraph.judging.doubt import is_debate
 from jurygraph.judging.items import TaskKind
 from jurygraph.judging.judgments import Judgment, map_back
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.position import SWAPPED
 
-BEFORE, AFTER = "Scorer (before critique)", "Scorer (after critique)"
-SCORER = "Scorer"
-# FairEval's own evaluator (``--protocol single --calibrate``) names its reviews "<order> #<sample>"; its agent
-# is nodes.faireval.FAIREVAL_AGENT (not imported here: that loads the model layer; a test keeps them equal)
-FAIREVAL = "FairEval"
-_REVIEW = re.compile(r"^(original|swapped)_order\S* #\d+$")
+DEFAULT_PANEL = PanelMembers()
 # what a member's record keeps of the run's record (its verdict is the member's judgment)
 _ITEM_KEYS = ("id", "status", "task", "dataset", "aspect", "group", "human")
-
-
-def agent_of(key: str) -> tuple[str | None, str]:
-    """``original_order/Critic`` -> (``original_order``, ``Critic``); ``Critic`` -> (None, ``Critic``);
-    FairEval's own evaluator's reviews ``swapped_order #2`` -> (``swapped_order #2``, ``FairEval``)."""
-    if _REVIEW.match(key):
-        return key, FAIREVAL
-    run, sep, agent = key.rpartition("/")
-    return (run, agent) if sep else (None, key)
 
 
 def in_original_order(run: str | None, judgment: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,45 +39,42 @@ def in_original_order(run: str | None, judgment: Mapping[str, Any]) -> dict[str,
     return map_back(dict(judgment)) if run is not None and run.startswith(SWAPPED) else dict(judgment)
 
 
-def _score(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {"kind": "score", "missing": True, "reason": "no score in this iteration"}
-    return {"kind": "score", "missing": False, "score": float(value)}
-
-
-def member_judgments(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each member's judgment of the record's item, in the original answer order (see the module's doc)."""
-    detail = (record.get("verdict") or {}).get("detail") or {}
-    judgments = record.get("judgments") or {}
-    if is_debate(detail):
-        scores = detail["scores"]
-        return {BEFORE: _score(scores[0]), AFTER: _score(scores[-1])} if scores else {}
+def member_judgments(record: Mapping[str, Any], panel: PanelMembers | None = None) -> dict[str, dict[str, Any]]:
+    """Each member's judgment of the record's item, in the original answer order (see the module's doc);
+    ``panel``: the run's protocol's (its spec's), else the default reading."""
+    panel = panel or DEFAULT_PANEL
+    if panel.read is not None:
+        return panel.read(record)
     by_agent: dict[str, dict[str, dict[str, Any]]] = {}
-    for key, judgment in judgments.items():
-        run, agent = agent_of(key)
+    for key, judgment in (record.get("judgments") or {}).items():
+        found = panel.key(key)
+        if found is None:
+            continue
+        run, agent = found
         by_agent.setdefault(agent, {})[run or ""] = in_original_order(run, judgment)
-    found = {}
+    found_members = {}
     for agent, runs in by_agent.items():
         if list(runs) == [""]:
-            found[agent] = runs[""]
+            found_members[agent] = runs[""]
             continue
         kind = TaskKind(next(iter(runs.values())).get("kind", "pairwise"))
         combined = aggregate([Judgment.model_validate(j) for j in runs.values()], kind, "mean").to_state()
         combined["detail"] = {"runs": runs}
-        found[agent] = combined
-    return found
+        found_members[agent] = combined
+    return found_members
 
 
-def member_names(records: Iterable[Mapping[str, Any]]) -> list[str]:
+def member_names(records: Iterable[Mapping[str, Any]], panel: PanelMembers | None = None) -> list[str]:
     """The members of a run, in the order they first appear."""
-    return list(member_views(records))
+    return list(member_views(records, panel))
 
 
-def member_views(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def member_views(records: Iterable[Mapping[str, Any]],
+                 panel: PanelMembers | None = None) -> dict[str, list[dict[str, Any]]]:
     """Member -> the run's records with each verdict replaced by the member's judgment (missing where it gave
     none), for every member in the order they first appear (each record read once)."""
     records = list(records)
-    judged = [member_judgments(record) for record in records]
+    judged = [member_judgments(record, panel) for record in records]
     names = list(dict.fromkeys(name for found in judged for name in found))
     return {name: [_view(record, found.get(name), name) for record, found in zip(records, judged, strict=True)]
             for name in names}
@@ -100,11 +86,14 @@ def _view(record: Mapping[str, Any], judgment: dict[str, Any] | None, member: st
     return view
 
 
-def member_models(records: Sequence[Mapping[str, Any]], members: Sequence[str]) -> dict[str, str | None]:
-    """Each member's model (its spec's label, from the records' usage); DEBATE's two members are the Scorer."""
+def member_models(records: Sequence[Mapping[str, Any]], members: Sequence[str],
+                  panel: PanelMembers | None = None) -> dict[str, str | None]:
+    """Each member's model (its spec's label, from the records' usage of the member's agent: the panel's
+    ``agent_of_member``, e.g. DEBATE's two members are the Scorer)."""
+    agent_of = (panel or DEFAULT_PANEL).agent_of_member or (lambda member: member)
     found: dict[str, str | None] = {}
     for member in members:
-        agent = SCORER if member in (BEFORE, AFTER) else member
+        agent = agent_of(member)
         found[member] = next((str(usage[agent]["model"]) for record in records
                               for usage in [record.get("usage") or {}]
                               if isinstance(usage.get(agent), Mapping) and usage[agent].get("model")), None)

@@ -6,7 +6,10 @@ A run's ``results.jsonl`` (see :mod:`jurygraph.running.runner`) holds one record
 - predicted score = ``verdict["score"]``, human score = ``human[aspect]``;
 - predicted label = ``verdict["label"]`` (pairwise) or ``verdict["answer"]`` (choice) vs ``human``'s;
 - a record that failed, or whose verdict is missing or has no value, is a *missing verdict*: counted
-  and excluded, never imputed; a record without the human label is counted apart (``no_human``).
+  and excluded, never imputed; a record without the human label is counted apart (``no_human``);
+- a record with a missing judgment (a reply that could not be read, or a ReFeR peer whose model failed) is
+  counted in ``unreadable`` whatever its verdict: its verdict was reached without that judgment (jurygraph's
+  rule), or is a tie by ChatEval's released-code rule (``--unreadable code``).
 
 The correlation level follows the literature for each benchmark (:func:`default_level`): SummEval is
 summary-level (per document, averaged), everything else pooled (Topical-Chat turn-level as in ChatEval,
@@ -53,6 +56,8 @@ class ScoreData:
     missing: int = 0  # items whose verdict is missing (failed run, unreadable judgments): excluded
     missing_ids: list[str] = field(default_factory=list)
     no_human: int = 0  # items without a human score for this aspect: excluded
+    unreadable: int = 0  # items (with a human score) with at least one missing judgment, verdict or not
+    unreadable_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -66,6 +71,8 @@ class LabelData:
     missing: int = 0
     missing_ids: list[str] = field(default_factory=list)
     no_human: int = 0
+    unreadable: int = 0
+    unreadable_ids: list[str] = field(default_factory=list)
 
 
 def latest_records(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -82,6 +89,21 @@ def _verdict_value(record: Mapping[str, Any], key: str) -> Any:
     if record.get("status", "ok") != "ok" or verdict.get("missing"):
         return None
     return verdict.get(key)
+
+
+def has_unreadable(record: Mapping[str, Any]) -> bool:
+    """Does a record hold a missing judgment (an unreadable reply, a failed peer)? Older records without their
+    judgments say so by their count, ``n_missing``."""
+    judgments = record.get("judgments")
+    if isinstance(judgments, Mapping) and judgments:
+        return any(isinstance(j, Mapping) and j.get("missing") for j in judgments.values())
+    return int(record.get("n_missing") or 0) > 0
+
+
+def _count_unreadable(data: ScoreData | LabelData, record: Mapping[str, Any]) -> None:
+    if has_unreadable(record):
+        data.unreadable += 1
+        data.unreadable_ids.append(str(record.get("id")))
 
 
 def human_score(human: Mapping[str, Any] | None, aspect: str) -> float | None:
@@ -107,6 +129,7 @@ def score_data(records: Iterable[Mapping[str, Any]]) -> dict[str, ScoreData]:
         if human is None:
             data.no_human += 1
             continue
+        _count_unreadable(data, record)
         value = _verdict_value(record, "score")
         if value is None:
             data.missing += 1
@@ -130,6 +153,7 @@ def label_data(records: Iterable[Mapping[str, Any]], kind: str = "pairwise") -> 
         if human is None:
             data.no_human += 1
             continue
+        _count_unreadable(data, record)
         value = _verdict_value(record, key)
         if value is None:
             data.missing += 1

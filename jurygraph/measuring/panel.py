@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring import metrics
 from jurygraph.measuring.conformity import ORDINAL, Moves, conformity
 from jurygraph.measuring.families import FAMILIES, Rule, family_of, model_name
@@ -216,14 +217,15 @@ def of_target(records: Sequence[Mapping[str, Any]], target: str) -> list[Mapping
 
 def panel_diagnostics(name: str, records: Sequence[Mapping[str, Any]], verdict: MethodResult, *,
                       statistic: str = "spearman", level: Level | None = None, resamples: int = 1000,
-                      confidence: float = 0.95, seed: int | None = 0) -> list[Panel]:
+                      confidence: float = 0.95, seed: int | None = 0, panel: PanelMembers | None = None) -> list[Panel]:
     """The panel diagnostics of one run (``verdict`` = its own :class:`MethodResult`), one per target; empty
-    when the verdict does not combine several judges."""
+    when the verdict does not combine several judges. ``panel``: who the members are, as the run's protocol says
+    (its spec's :class:`~jurygraph.judging.panel.PanelMembers`; default: every agent with a judgment)."""
     records = latest_records(records)
-    views = member_views(records)
+    views = member_views(records, panel)
     if len(views) < 2:
         return []
-    models = member_models(records, list(views))
+    models = member_models(records, list(views), panel)
     members = [MemberResult(m, models[m], evaluate_records(view, m, level=level, resamples=resamples,
                                                            confidence=confidence, seed=seed))
                for m, view in views.items()]
@@ -236,16 +238,19 @@ def panel_diagnostics(name: str, records: Sequence[Mapping[str, Any]], verdict: 
             _vs_best(verdict, present, target, stat, resamples, seed),
             _error_correlation(present, target, resamples=resamples, confidence=confidence, seed=seed)
             if len(present) >= 2 else None,
-            conformity(of_target(records, target))))
+            conformity(of_target(records, target), panel)))
     return panels
 
 
 def member_position(names: Sequence[str], records: Sequence[Sequence[Mapping[str, Any]]],
-                    manifests: Sequence[Mapping[str, Any] | None]) -> dict[int, list[PositionBias]]:
+                    manifests: Sequence[Mapping[str, Any] | None],
+                    panels: Sequence[PanelMembers | None] | None = None) -> dict[int, list[PositionBias]]:
     """Each member's position bias, for runs with both answer orders (a calibration, or a run and its
-    ``--reverse`` run, paired by :func:`run_biases` as the verdicts are): run index -> one per member."""
+    ``--reverse`` run, paired by :func:`run_biases` as the verdicts are): run index -> one per member.
+    ``panels``: each run's protocol's reading of its members."""
     found: dict[int, list[PositionBias]] = {}
-    per_run = [member_views(run) for run in records]
+    readings = list(panels) if panels is not None else [None] * len(records)
+    per_run = [member_views(run, reading) for run, reading in zip(records, readings, strict=True)]
     members = list(dict.fromkeys(member for views in per_run for member in views))
     for member in members:
         # a run the member is absent from gives no pairs, so no bias: the filter below drops it
@@ -283,13 +288,13 @@ def _picks(labels: Sequence[tuple[str, int]]) -> float:
 
 
 def same_family(run: str, records: Sequence[Mapping[str, Any]], systems: Mapping[str, tuple[str, str]],
-                rules: Rule = FAMILIES) -> list[FamilyWarning]:
+                rules: Rule = FAMILIES, panel: PanelMembers | None = None) -> list[FamilyWarning]:
     """A warning per (member, system) when the member's model and a system it judged are of one family.
     ``systems``: item id -> (system of Assistant 1, system of Assistant 2)."""
     records = [r for r in latest_records(records) if r.get("task") == "pairwise" and str(r.get("id")) in systems]
-    judged = [member_judgments(record) for record in records]
+    judged = [member_judgments(record, panel) for record in records]
     names = list(dict.fromkeys(name for found in judged for name in found))
-    models = member_models(records, names)
+    models = member_models(records, names, panel)
     seen = {s for pair in systems.values() for s in pair}
     warnings = []
     for member in names:
@@ -451,12 +456,14 @@ def agreement_json(result: MethodResult, target: str) -> dict[str, Any]:
     """A method's (or member's) agreement on one target: its statistics, CIs and counts."""
     if result.labels is not None and result.labels.kind == target:
         lab = result.labels
-        return {"n": lab.n, "missing": lab.missing, "accuracy": _num(lab.accuracy), "kappa": _num(lab.kappa),
+        return {"n": lab.n, "missing": lab.missing, "unreadable": lab.data.unreadable,
+                "accuracy": _num(lab.accuracy), "kappa": _num(lab.kappa),
                 "ci": {s: _interval(i) for s, i in lab.intervals.items()}}
     aspect = result.aspects.get(target)
     if aspect is None:
         return {}
-    return {"n": aspect.correlation.n, "missing": aspect.missing, "level": aspect.level,
+    return {"n": aspect.correlation.n, "missing": aspect.missing, "unreadable": aspect.data.unreadable,
+            "level": aspect.level,
             **{s: _num(aspect.value(s)) for s in metrics.STATISTICS},
             "ci": {s: _interval(i) for s, i in aspect.intervals.items()}}
 

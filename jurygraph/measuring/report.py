@@ -27,11 +27,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from jurygraph.judging.doubt import decided_by, panel_verdict, parse_conditions, triggered
 from jurygraph.judging.items import SWAP_LABEL
-from jurygraph.measuring.metaeval import MethodResult, evaluate_records
+from jurygraph.judging.panel import PanelMembers
+from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_reports, panel_records
+from jurygraph.measuring.metaeval import MethodResult, evaluate_records, latest_records
+from jurygraph.measuring.panel import (
+    Panel,
+    family_tables,
+    member_position,
+    panel_diagnostics,
+    panel_tables,
+    same_family,
+)
 from jurygraph.measuring.position import PositionBias, is_reversed, position_table, run_biases
 from jurygraph.measuring.tables import Table, correlation_table, detail_table, label_table
-from jurygraph.running.rundir import AWAITING_REVIEW
+from jurygraph.running.rundir import AWAITING_REVIEW, RunManifest
 
 # the texts of an item shown above its conversation, in this order
 ITEM_FIELDS = ("question", "source", "context", "fact", "response", "response_1", "response_2", "options")
@@ -52,6 +63,7 @@ class RunInput:
     views: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     diagram_png: bytes | None = None
     diagram_text: str | None = None  # mermaid, when Graphviz is absent
+    panel: PanelMembers | None = None  # who its panel's members are, as its protocol's spec says (None: its agents)
 
 
 # --- outcomes ---------------------------------------------------------------------------------------------
@@ -207,7 +219,21 @@ def _verdict_line(record: Mapping[str, Any]) -> str:
         return f"missing ({verdict.get('reason') or 'no readable judgment'})" if verdict else "none"
     method = f" [{verdict['method']}]" if verdict.get("method") else ""
     scores = "" if verdict.get("score_1") is None else f" ({verdict['score_1']:g} vs {verdict['score_2']:g})"
-    return f"{value}{scores}{method}"
+    return f"{value}{scores}{method}{_decision(verdict)}"
+
+
+def _decision(verdict: Mapping[str, Any]) -> str:
+    """Who decided, when not the panel: ' · reviewed by ada: note', ' · escalated (agreement<1)'."""
+    detail = verdict.get("detail") or {}
+    review, escalation = detail.get("review") or {}, detail.get("escalation") or {}
+    if review:
+        note = f": {review['note']}" if review.get("note") else ""
+        return (f" · reviewed by {review.get('reviewer')}{note} (the panel said "
+                f"{_judgment_text(review.get('panel_verdict'))})")
+    if escalation:
+        return (f" · escalated ({', '.join(escalation.get('triggered_by') or [])}; the panel said "
+                f"{_judgment_text(escalation.get('panel'))})")
+    return ""
 
 
 def page_data(runs: Sequence[RunInput]) -> dict[str, Any]:
@@ -322,6 +348,57 @@ def summary_html(run: RunInput) -> str:
             f"(as <code>jurygraph draw</code> draws it)</figcaption></figure></div></section>")
 
 
+def spend_html(runs: Sequence[RunInput]) -> str:
+    """Spend per invocation: each ``jurygraph eval`` on the run directory (a resume, a pilot, one killed before its
+    end) with the items it finished, the calls it paid, their HTTP attempts, tokens, USD and wall time, then the
+    run's totals; the budget's limits, the items it held back and any overrun. From the manifest (its figures are
+    the spend ledger's), so an invocation killed half-way shows what it paid too."""
+    blocks = []
+    for run in runs:
+        manifest = RunManifest.model_validate(dict(run.manifest))
+        if not manifest.invocations:
+            continue
+        rows = []
+        for number, invocation in enumerate(manifest.invocations, start=1):
+            counts, spend = invocation.counts, invocation.spend
+            if invocation.ended is None and number < len(manifest.invocations):
+                how = "killed (no end recorded)"
+            else:
+                how = invocation.stopped or invocation.aborted or ("interrupted" if counts and counts.interrupted
+                                                                   else "finished")
+            rows.append([f"{number}{' (resume)' if invocation.resume else ''}", (invocation.at or "")[:19],
+                         _number(counts.done) if counts else "–", _number(spend.requests) if spend else "–",
+                         _number(counts.attempts) if counts else "–",
+                         f"{_number(spend.input_tokens)} + {_number(spend.output_tokens)}" if spend else "–",
+                         _usd(spend.cost_usd) if spend else "–",
+                         f"{counts.seconds:.1f} s" if counts else "–", how])
+        total = manifest.counts
+        rows.append(["run", "", _number(total.done), _number(total.requests), _number(total.attempts),
+                     f"{_number(total.input_tokens)} + {_number(total.output_tokens)}", _usd(total.cost_usd),
+                     f"{total.seconds:.1f} s", manifest.stopped or "–"])
+        notes = ["Requests, tokens and USD are the spend ledger's: every paid call, recorded before its answer was "
+                 "used (an invocation killed before its end included); USD at the prices of the time, – where no "
+                 "model had a price; attempts are the HTTP requests sent, retries included."]
+        budget = manifest.budget
+        if budget is not None:
+            limits = [f"--max-cost {budget.max_cost_usd:g}"] if budget.max_cost_usd is not None else []
+            limits += [f"--max-total-tokens {budget.max_total_tokens:,}"] if budget.max_total_tokens else []
+            notes.append(f"budget: {' and '.join(limits) or 'none'}"
+                         + (f"; over it by {budget.overrun}" if budget.overrun else "; within it"))
+            notes += [f"held back: {item} ({why})" for item, why in list(budget.held_back.items())[:10]]
+        table = Table(f"{run.name}: spend per invocation", ["invocation", "started (UTC)", "items done", "requests",
+                                                             "attempts", "tokens (in + out)", "USD", "wall time",
+                                                             "ended"], rows, notes=notes)
+        blocks.append(table_html(table))
+    if not blocks:
+        return ""
+    return "<section id='spend'><h2>Spend per invocation</h2>" + "".join(blocks) + "</section>"
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.4f}"
+
+
 def _figures(methods: Sequence[MethodResult]) -> list[str]:
     """The metaeval plots, as inline PNGs (none when matplotlib is not installed)."""
     try:
@@ -419,14 +496,193 @@ def comparison_html(runs: Sequence[RunInput]) -> str:
     return "<section id='comparison'><h2>Comparison</h2>" + table_html(table) + "</section>"
 
 
+# --- panel diagnostics (docs/PANEL.md): does the panel earn its cost? ----------------------------------------------
+
+
+def panel_html(runs: Sequence[RunInput], *, resamples: int = 1000, seed: int = 0) -> str:
+    """Each run's panel diagnostics as ``jurygraph metaeval`` computes them (:mod:`jurygraph.measuring.panel`, on the
+    panel's own verdicts, before any escalation or review): each member's agreement beside the panel's, the panel
+    minus the best member, the members' error correlation and the effective number of judges, conformity between
+    rounds, each member's position consistency, and the same-family warning. Empty when no run's verdict combines
+    several judges."""
+    names = [run.name for run in runs]
+    records = [panel_records(list(run.records)) for run in runs]
+    by_run = member_position(names, records, [run.manifest for run in runs], [run.panel for run in runs])
+    parts, warnings = [], []
+    for k, run in enumerate(runs):
+        verdict = evaluate_records(records[k], run.name, resamples=resamples, seed=seed)
+        for panel in panel_diagnostics(run.name, records[k], verdict, resamples=resamples, seed=seed,
+                                       panel=run.panel):
+            if panel.target == "pairwise":
+                panel.position = by_run.get(k, [])
+            parts.append(_panel_block(panel))
+        systems = {str(r.get("id")): (str(r["systems"][0]), str(r["systems"][1])) for r in records[k]
+                   if r.get("task") == "pairwise" and isinstance(r.get("systems"), list) and len(r["systems"]) == 2}
+        if systems:
+            warnings += same_family(run.name, records[k], systems, panel=run.panel)
+    if not parts:
+        return ""
+    tables = "".join(f"<div class='family'>{table_html(table)}</div>" for _, table in family_tables(warnings))
+    return (f"<section id='panel'><h2>Panel diagnostics</h2><p class='note'>Does the panel beat its best member, and "
+            f"are its members independent? The panel's own verdicts, before any escalation or review "
+            f"(docs/PANEL.md).</p>{''.join(parts)}{tables}</section>")
+
+
+def _panel_block(panel: Panel) -> str:
+    best, errors = panel.vs_best, panel.errors
+    figures = {"run": panel.name, "target": panel.target, "statistic": panel.statistic,
+               "members": " | ".join(m.name for m in panel.members)}
+    if best is not None:
+        figures.update({"best": best.best, "vs-best": _figure(best.test.difference)})
+    if errors is not None:
+        figures["effective"] = _figure(errors.effective)
+    data = "".join(f" data-{key}='{_e(value)}'" for key, value in figures.items())
+    return (f"<div class='panel-diagnostics'{data}><h3>{_e(panel.name)} <small>{_e(panel.target)}</small></h3>"
+            + "".join(table_html(table) for _, table in panel_tables(panel)) + "</div>")
+
+
+def _figure(value: float | None) -> str:
+    """A computed figure as the page keeps it for a reader or a test (full precision; '' when not a number)."""
+    return "" if value is None or math.isnan(value) else repr(float(value))
+
+
+# --- the doubt signals' coverage–agreement curves (docs/DOUBT.md) -------------------------------------------------
+
+_CURVE_COLOURS = ("#6c5ce7", "#00b894", "#e17055", "#0984e3", "#fdcb6e", "#636e72")
+
+
+def doubt_html(runs: Sequence[RunInput]) -> str:
+    """Each run's coverage–agreement curves (:func:`~jurygraph.measuring.coverage.doubt_reports`, as ``jurygraph
+    metaeval`` prints them): for each doubt signal, what share of the items a threshold leaves to the panel and the
+    panel's agreement with humans on them, drawn and tabled. Empty when no run's results carry doubt signals."""
+    parts = [f"<div class='doubt-curves' data-run='{_e(report.name)}' data-target='{_e(report.target)}'>"
+             f"<h3>{_e(report.name)} <small>{_e(report.target)} ({_e(report.statistic)})</small></h3>"
+             f"{_curves_svg(report)}{table_html(coverage_tables(report)[0][1])}</div>"
+             for run in runs for report in doubt_reports(run.name, run.records)]
+    if not parts:
+        return ""
+    return ("<section id='doubt'><h2>Doubt signals</h2><p class='note'>Where to set an escalation's or a review's "
+            "threshold: each point is a rule (<code>--escalate-when</code> / <code>--review-when</code>), the share "
+            "of the items it leaves to the panel, and the panel's agreement with humans on them (docs/DOUBT.md)."
+            f"</p>{''.join(parts)}</section>")
+
+
+def _curves_svg(report: DoubtReport, width: int = 440, height: int = 250) -> str:
+    """The curves on one chart: coverage (x, 0 to 1) against agreement (y), a line and dots per signal."""
+    left, right, top, bottom = 46, 130, 10, 36
+    values = [p.agreement for c in report.curves for p in c.points if not math.isnan(p.agreement)]
+    low = min(0.0, math.floor(min(values, default=0.0) * 10) / 10)
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def x(coverage: float) -> float:
+        return left + coverage * plot_w
+
+    def y(agreement: float) -> float:
+        return top + (1 - (agreement - low) / (1 - low)) * plot_h
+
+    parts = [f"<line x1='{left}' y1='{top + plot_h}' x2='{left + plot_w}' y2='{top + plot_h}' stroke='#888'/>",
+             f"<line x1='{left}' y1='{top}' x2='{left}' y2='{top + plot_h}' stroke='#888'/>"]
+    for tick in (0, 0.25, 0.5, 0.75, 1):
+        parts.append(f"<text x='{x(tick):.1f}' y='{top + plot_h + 14}' font-size='10' text-anchor='middle'>"
+                     f"{tick:g}</text>")
+    for k in range(5):
+        tick = low + (1 - low) * k / 4
+        parts.append(f"<text x='{left - 4}' y='{y(tick) + 3:.1f}' font-size='10' text-anchor='end'>{tick:.2f}</text>")
+    parts.append(f"<text x='{left + plot_w / 2:.1f}' y='{height - 4}' font-size='11' text-anchor='middle'>coverage "
+                 "(share of items left to the panel)</text>")
+    parts.append(f"<text x='12' y='{top + plot_h / 2:.1f}' font-size='11' text-anchor='middle' "
+                 f"transform='rotate(-90 12 {top + plot_h / 2:.1f})'>{_e(report.statistic)}</text>")
+    for k, curve in enumerate(report.curves):
+        colour = _CURVE_COLOURS[k % len(_CURVE_COLOURS)]
+        shown = sorted((p for p in curve.points if not math.isnan(p.agreement)), key=lambda p: p.coverage)
+        line = " ".join(f"{x(p.coverage):.1f},{y(p.agreement):.1f}" for p in shown)
+        parts.append(f"<g class='curve' data-signal='{_e(curve.signal)}'><polyline points='{line}' fill='none' "
+                     f"stroke='{colour}' stroke-width='2'/>")
+        for p in shown:
+            rule = p.rule or "no rule: every item"
+            parts.append(f"<circle cx='{x(p.coverage):.1f}' cy='{y(p.agreement):.1f}' r='3.5' fill='{colour}' "
+                         f"data-rule='{_e(p.rule or '')}' data-kept='{p.kept}' data-coverage='{_figure(p.coverage)}' "
+                         f"data-agreement='{_figure(p.agreement)}'><title>{_e(curve.signal)}: {_e(rule)}; kept "
+                         f"{p.kept}, coverage {p.coverage:.3f}, {_e(report.statistic)} {p.agreement:.3f}</title>"
+                         "</circle>")
+        parts.append("</g>")
+        ly = top + 12 + 16 * k
+        parts.append(f"<rect x='{width - right + 12}' y='{ly - 8}' width='10' height='10' fill='{colour}'/>"
+                     f"<text x='{width - right + 26}' y='{ly + 1}' font-size='11'>{_e(curve.signal)} "
+                     f"(n {curve.n})</text>")
+    return (f"<svg class='curves' width='{width}' height='{height}' role='img' aria-label='coverage–agreement "
+            f"curves of {_e(report.name)}'>{''.join(parts)}</svg>")
+
+
+# --- decided by: the panel, an escalation or a person ---------------------------------------------------------------
+
+DECISIONS_SHOWN = 500  # rows of a run's decisions table: a large run's page stays quick to open
+
+
+def decided_html(runs: Sequence[RunInput]) -> str:
+    """Who decided each item of the runs that escalate or ask a person: the split of the finished items by who
+    decided them with each group's agreement with humans and the panel's on the same items
+    (:mod:`jurygraph.measuring.coverage`), then every item an escalation or a person decided, or that waits for a
+    person: the panel's verdict, the final one, the human label, what sent it there, and the reviewer's name and note.
+    Empty when no run escalated or paused an item."""
+    parts = [_decided_block(run) for run in runs]
+    if not any(parts):
+        return ""
+    return ("<section id='decided'><h2>Decided by</h2><p class='note'>The panel decides an item unless a doubt "
+            "condition sent it to a stronger judge (escalation) or to a person (review).</p>"
+            f"{''.join(parts)}</section>")
+
+
+def _decided_block(run: RunInput) -> str:
+    conditions = (run.manifest.get("parameters") or {}).get("review_when")
+    review_when = parse_conditions(conditions) if conditions else []
+    rows = []
+    for record in latest_records(run.records):
+        verdict = record.get("verdict") or {}
+        detail = verdict.get("detail") or {}
+        escalation, review = detail.get("escalation") or {}, detail.get("review") or {}
+        waiting = record.get("status") == AWAITING_REVIEW
+        if not (escalation or review or waiting):
+            continue
+        signals = record.get("doubt") if isinstance(record.get("doubt"), Mapping) else {}
+        why = [f"escalate: {text}" for text in escalation.get("triggered_by") or []]
+        if review or waiting:
+            why += [f"review: {text}" for text in triggered(review_when, signals or {})]
+        who = "awaiting review" if waiting else decided_by(verdict)
+        final = "" if waiting else _judgment_text(verdict)
+        item_id = str(record.get("id"))
+        cells = [f"<a href='#item={_e(item_id)}' data-item='{_e(item_id)}'>{_e(item_id)}</a>", _e(who),
+                 _e(", ".join(why)), _e(_judgment_text(panel_verdict(record))),
+                 _e(_judgment_text(escalation.get("escalated")) if escalation else ""), _e(final),
+                 _e(human_value(record) or ""), _e(review.get("reviewer") or ""), _e(review.get("note") or ""),
+                 _e(review.get("at") or "")]
+        rows.append(f"<tr data-id='{_e(item_id)}' data-decided-by='{_e(who)}'>"
+                    + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    if not rows:
+        return ""
+    more = len(rows) - DECISIONS_SHOWN
+    rows = rows[:DECISIONS_SHOWN]
+    note = f"<p class='note'>and {more} more: each item's conversation says who decided it</p>" if more > 0 else ""
+    splits = "".join(table_html(coverage_tables(report)[1][1]) for report in doubt_reports(run.name, run.records)
+                     if report.split)
+    head = "".join(f"<th>{_e(c)}</th>" for c in ("item", "decided by", "sent there by", "panel verdict",
+                                                   "escalated verdict", "final verdict", "human", "reviewer", "note",
+                                                   "reviewed at"))
+    return (f"<div class='decided' data-run='{_e(run.name)}'><h3>{_e(run.name)}</h3>{splits}<table class='decisions'>"
+            f"<caption>items an escalation or a person decided, or that wait for a person</caption><tr>{head}</tr>"
+            f"{''.join(rows)}</table>{note}</div>")
+
+
 def build_report(runs: Sequence[RunInput], *, title: str | None = None, resamples: int = 1000,
                  seed: int = 0) -> str:
     """The page, as one HTML string."""
     methods = [evaluate_records(run.records, run.name, resamples=resamples, seed=seed) for run in runs]
     title = title or "jurygraph report: " + ", ".join(run.name for run in runs)
     body = (f"<section id='summary'><h2>Summary</h2>{''.join(summary_html(run) for run in runs)}</section>"
+            f"{spend_html(runs)}"
             f"<section id='agreement'><h2>Agreement with humans</h2>{agreement_html(methods)}</section>"
-            f"{position_html(runs)}{comparison_html(runs)}")
+            f"{position_html(runs)}{comparison_html(runs)}"
+            f"{panel_html(runs, resamples=resamples, seed=seed)}{doubt_html(runs)}{decided_html(runs)}")
     data = json.dumps(page_data(runs), ensure_ascii=False, separators=(",", ":"))
     # inside <script>, "</" would end the element early; "<\/" reads the same in JSON
     data = data.replace("</", "<\\/").replace("<!--", "<\\!--")

@@ -185,7 +185,7 @@ def detail_table(methods: Sequence[MethodResult]) -> Table:
             corr = result.correlation
             cells = [method.name, aspect, result.level, str(corr.n),
                      "–" if corr.groups is None else str(corr.groups), str(corr.skipped), str(result.missing),
-                     str(result.no_human)]
+                     str(result.data.unreadable), str(result.no_human)]
             for s in ("pearson", "spearman", "kendall"):
                 interval = result.intervals.get(s)
                 if interval:
@@ -196,14 +196,16 @@ def detail_table(methods: Sequence[MethodResult]) -> Table:
         if method.labels is not None:
             lab = method.labels
             acc, kap = lab.intervals.get("accuracy"), lab.intervals.get("kappa")
-            rows.append([method.name, lab.kind, "items", str(lab.n), "–", "0", str(lab.missing), str(lab.no_human),
+            rows.append([method.name, lab.kind, "items", str(lab.n), "–", "0", str(lab.missing),
+                         str(lab.data.unreadable), str(lab.no_human),
                          f"acc {number(lab.accuracy)}" + (f" [{number(acc.low)}, {number(acc.high)}]" if acc else ""),
                          f"kappa {number(lab.kappa)}" + (f" [{number(kap.low)}, {number(kap.high)}]" if kap else ""),
                          ""])
-    columns = ["Method", "Aspect", "Level", "Items", "Groups", "Skipped", "Missing", "No human",
+    columns = ["Method", "Aspect", "Level", "Items", "Groups", "Skipped", "Missing", "Unreadable", "No human",
                f"r [{confidence:.0%} CI]", f"ρ [{confidence:.0%} CI]", f"τ [{confidence:.0%} CI]"]
     return Table("Details: counts and bootstrap confidence intervals (resampling documents/contexts/questions)",
-                 columns, rows)
+                 columns, rows, notes=["Missing: items without a verdict (left out). Unreadable: items with at least "
+                                       "one unreadable judgment (a ReFeR peer that failed included), verdict or not."])
 
 
 def distribution_table(method: MethodResult, aspects: Sequence[str] | None = None,
@@ -229,7 +231,8 @@ def results_csv(methods: Sequence[MethodResult]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["method", "dataset", "aspect", "level", "statistic", "value", "ci_low", "ci_high",
-                     "confidence", "items", "groups", "skipped_groups", "missing_verdicts", "no_human_label"])
+                     "confidence", "items", "groups", "skipped_groups", "missing_verdicts", "no_human_label",
+                     "items_with_unreadable_judgments"])
     for m in methods:
         for aspect, r in m.aspects.items():
             for s in ("pearson", "spearman", "kendall"):
@@ -237,13 +240,13 @@ def results_csv(methods: Sequence[MethodResult]) -> str:
                 writer.writerow([m.name, m.dataset, aspect, r.level, s, r.value(s), ci.low if ci else "",
                                  ci.high if ci else "", ci.confidence if ci else "", r.correlation.n,
                                  "" if r.correlation.groups is None else r.correlation.groups,
-                                 r.correlation.skipped, r.missing, r.no_human])
+                                 r.correlation.skipped, r.missing, r.no_human, r.data.unreadable])
         if m.labels is not None:
             for s, value in (("accuracy", m.labels.accuracy), ("kappa", m.labels.kappa)):
                 ci = m.labels.intervals.get(s)
                 writer.writerow([m.name, m.dataset, m.labels.kind, "items", s, value, ci.low if ci else "",
                                  ci.high if ci else "", ci.confidence if ci else "", m.labels.n, "", "",
-                                 m.labels.missing, m.labels.no_human])
+                                 m.labels.missing, m.labels.no_human, m.labels.data.unreadable])
     return buffer.getvalue()
 
 

@@ -41,11 +41,12 @@ from typing import Any
 from langgraph.types import interrupt
 
 from jurygraph.judging.items import EvalItem
-from jurygraph.judging.state import BATCH_COUNTS, COUNTS, add_usage
+from jurygraph.judging.state import BATCH_COUNTS, COUNTS, add_usage, usage_counts
 from jurygraph.llm.batches import MAX_BYTES, MAX_REQUESTS, TERMINAL, OpenAIBatches, batchable, decode, request_line
 from jurygraph.llm.calls import Answer, PendingCall
 from jurygraph.llm.models import JuryContext, ModelSpec, build_model, to_spec
 from jurygraph.llm.redact import redact_text, redact_url
+from jurygraph.running.ledger import UNATTRIBUTED, Payment
 from jurygraph.running.rundir import AWAITING_REVIEW, append_batch_event, batch_file, read_batch_events
 
 MAX_BATCH_ATTEMPTS = 3
@@ -140,16 +141,20 @@ class BatchRounds:
                                              "compile it with one", exit_code=2))
                 return
             items = [item async for item in self._admitted()]
+            # every batch the ledger has not settled is collected, even when no item is left to need it: its lines
+            # were paid, and are recorded as they are collected
+            await self._collect_open()
             while items and not run.aborted:
-                await self._collect_open()
                 items = [item for item in await self._advance_all(app, items) if item is not None]
                 self._settle()
                 if items and not run.aborted:
                     await self._submit()
+                    await self._collect_open()
+            self._settle()
         except asyncio.CancelledError:
             run.summary.interrupted = True
         finally:
-            run.manifest["batches"] = batches_of(read_batch_events(run.out))
+            run.manifest.batches = batches_of(read_batch_events(run.out))
             run.results.close()
             if run.bar is not None:
                 run.bar.close()
@@ -166,7 +171,12 @@ class BatchRounds:
             except Exception as err:  # a repeated id: the runner's own RunAborted
                 run.aborted.append(err)
                 return
-            if item is None or not await run.admitted(item, wait=False):
+            if item is None:
+                return
+            answer = await run.admitted(item, wait=False)
+            if answer == "skip":  # held back: it alone would pass the budget
+                continue
+            if answer != "start":
                 return
             yield item
 
@@ -226,8 +236,12 @@ class BatchRounds:
         self.run.tally(record)
 
     def _paid(self, item_id: str, usage: dict[str, dict[str, Any]]) -> None:
+        """A call paid online (recorded now) or a collected batch answer handed to its call (recorded when its batch
+        was collected): the run's meter, and the item's usage over its rounds."""
         self.run.meter.paid(item_id, usage)
-        self.item_usage[item_id] = add_usage(self.item_usage.get(item_id, {}), usage)
+        self.item_usage[item_id] = add_usage(self.item_usage.get(item_id, {}), {
+            agent: {"role": entry.get("role"), "model": entry.get("model"), **usage_counts(entry)}
+            for agent, entry in usage.items()})
 
     # --- the provider's side: submit, collect, settle ---
 
@@ -272,8 +286,12 @@ class BatchRounds:
                 event = {**event, "event": "submitted", "batch_id": found.id}
                 append_batch_event(self.run.out, {**event, "at": _now()})
             batch = await self._wait(client, event)
-            ids = _custom_ids(self.run.out / event["file"])
-            result = await self._call(client.result, batch, ids)
+            lines = _lines(self.run.out / event["file"])
+            result = await self._call(client.result, batch, list(lines))
+            # paid as collected: on record before any answer is handed to its call (collected again after a kill,
+            # a line is not recorded twice)
+            self.run.meter.collected([self._payment(batch.id, custom_id, body, event["api"], lines.get(custom_id))
+                                      for custom_id, body in result.bodies.items()])
             self.replies.bodies.update(result.bodies)
             for custom_id, reason in result.failed.items():
                 self.replies.failed[custom_id] = reason
@@ -287,6 +305,19 @@ class BatchRounds:
                 first = next(iter(result.failed.values()))
                 self._say(f"batch {batch.id} {batch.status}: {len(result.failed)} requests failed ({first}); "
                           f"they go to {where}")
+
+    def _payment(self, batch_id: str, custom_id: str, body: dict[str, Any], api: str,
+                 line: dict[str, Any] | None) -> Payment:
+        """A batch line's answer as a ledger row: its model (as the run names it: the request's model at the batch's
+        API), its usage, at batch prices; its item and agent are filled in when the answer is handed to its call."""
+        model = str(((line or {}).get("body") or {}).get("model") or body.get("model") or "")
+        label = f"openai:{model}" + ("" if api == DEFAULT_API else f"@{api}")
+        usage = body.get("usage") or {}
+        tokens = {"input_tokens": int(usage.get("prompt_tokens") or 0),
+                  "output_tokens": int(usage.get("completion_tokens") or 0)}
+        entry = {"model": label, "requests": 1, **tokens, "batch_requests": 1,
+                 **{f"batch_{key}": value for key, value in tokens.items()}, "key": custom_id}
+        return self.run.meter.payment(entry, agent=UNATTRIBUTED, source="batch", uid=f"{batch_id}/{custom_id}")
 
     async def _wait(self, client: OpenAIBatches, event: dict[str, Any]) -> Any:
         bar = _bar(event["requests"], f"batch round {event['round']}", self.run.progress)
@@ -418,11 +449,12 @@ def _json_line(line: dict[str, Any]) -> str:
     return json.dumps(line, ensure_ascii=False) + "\n"
 
 
-def _custom_ids(path: Path) -> list[str]:
+def _lines(path: Path) -> dict[str, dict[str, Any]]:
+    """A batch file's lines by custom_id (none when the file is gone: a batch settled already)."""
     if not path.exists():
-        return []
+        return {}
     with path.open(encoding="utf-8") as handle:
-        return [json.loads(line)["custom_id"] for line in handle if line.strip()]
+        return {row["custom_id"]: row for row in (json.loads(line) for line in handle if line.strip())}
 
 
 def _bar(total: int, description: str, enabled: bool) -> Any:

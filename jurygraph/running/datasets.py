@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from jurygraph.judging.aspects import aspects_of, get_aspect
 from jurygraph.judging.benchmarks import canonical
-from jurygraph.judging.items import SWAP_LABEL, EvalItem, TaskKind
+from jurygraph.judging.items import SWAP_LABEL, EvalItem, MissingFields, Scale, TaskKind, UnknownLabel
 
 # the shipped copy of each built-in benchmark (by its canonical name, judging.benchmarks)
 BUILTIN = {"faireval": "faireval.json", "summeval": "summeval.json", "topical-chat": "topical_chat.json"}
@@ -197,8 +197,10 @@ def _make(dataset: Dataset, file: str, row: int | str, build: Callable[[], dict[
         dataset.items.append(item)
 
 
-def _build(errors: list[RowError], file: str, row: int | str, build: Callable[[], dict[str, Any]]) -> EvalItem | None:
-    """One item, or None with the row's problems added to ``errors`` (each naming its field)."""
+def _build(errors: list[RowError], file: str, row: int | str, build: Callable[[], dict[str, Any]],
+           supply: Callable[[str], str] | None = None) -> EvalItem | None:
+    """One item, or None with the row's problems added to ``errors`` (each naming its field). ``supply(field)``:
+    how the file would give a field an item lacks (a table's columns, ``--map``, ``--scale``)."""
     try:
         return EvalItem.model_validate(build())
     except FieldError as err:
@@ -206,12 +208,29 @@ def _build(errors: list[RowError], file: str, row: int | str, build: Callable[[]
     except ValidationError as err:
         for problem in err.errors():
             loc = ".".join(str(p) for p in problem["loc"]) or None
-            errors.append(RowError(file, row, loc, problem["msg"]))
+            cause = (problem.get("ctx") or {}).get("error")
+            if isinstance(cause, MissingFields):
+                errors.append(RowError(file, row, None, _missing_line(cause, supply)))
+            elif isinstance(cause, UnknownLabel) and supply is not None:
+                errors.append(RowError(file, row, "human.label", f"{cause}; {supply('human.label')}"))
+            elif isinstance(cause, ValueError):  # the item's own check, already one sentence naming the item
+                errors.append(RowError(file, row, loc, str(cause)))
+            else:
+                errors.append(RowError(file, row, loc, problem["msg"]))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         name = err.args[0] if isinstance(err, KeyError) and err.args else None
         message = f"missing field {name!r}" if isinstance(err, KeyError) else str(err)
         errors.append(RowError(file, row, str(name) if name else None, message))
     return None
+
+
+def _missing_line(missing: MissingFields, supply: Callable[[str], str] | None) -> str:
+    """'item 'a': a score item needs 'scale': add columns ...', each missing field with how to give it."""
+    if supply is None:
+        return str(missing)
+    if len(missing.fields) == 1:
+        return f"{missing}: {supply(missing.fields[0])}"
+    return f"{missing}. " + "; ".join(f"{name}: {supply(name)}" for name in missing.fields)
 
 
 def load_faireval(path: str | Path | None = None, *, reverse: bool = False) -> Dataset:
@@ -331,8 +350,10 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
     (e.g. ``{"question": "prompt", "response_1": "answer_a"}``); columns named like item fields map
     themselves (``scale_low``/``scale_high`` give the scale; a JSONL ``human`` object is taken as is).
     ``human.<key>`` targets fill human labels (numbers for score items; an empty cell is no label);
-    ``defaults`` fills fields for every row. ``reverse`` swaps the two answers of pairwise rows (their human
-    labels and systems too; ``meta.reversed`` says so), as ``--reverse`` does for FairEval.
+    ``defaults`` fills fields for every row (a row's own columns win; ``{"scale": {"low": 1, "high": 5}}`` is
+    ``--scale 1-5``). ``reverse`` swaps the two answers of pairwise rows (their human labels and systems too;
+    ``meta.reversed`` says so), as ``--reverse`` does for FairEval. A row an item cannot be made of is a
+    :class:`RowError` saying which column, ``--map`` or ``--scale`` would give what it lacks.
 
     The file is streamed (:class:`Dataset`): read once here to validate, hash and count its rows, and again,
     row by row, each time the dataset is iterated."""
@@ -343,12 +364,19 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
     if reverse and kind != TaskKind.PAIRWISE.value:
         raise DatasetError(f"{file}: --reverse swaps the two answers of pairwise items; this is a {kind} dataset")
     columns, recoded = _split_mapping(mapping or {})
+    unknown = sorted(target for target in [*columns, *recoded] if not _mappable(target))
+    if unknown:
+        raise DatasetError(f"{file}: --map {unknown[0]}=...: {unknown[0]!r} is not an item field; --map targets: "
+                           f"{', '.join(sorted(_ITEM_FIELDS))}, scale_low, scale_high, human.KEY, meta.KEY")
 
     def items(errors: list[RowError], digest: Any = None) -> Iterator[EvalItem]:
         for number, row in _rows(file, errors, digest):
             def build(row: Mapping[str, Any] = row, number: int = number) -> dict[str, Any]:
                 return _table_row(row, number, kind, columns, recoded, defaults)
-            item = _build(errors, str(file), _row_label(number, row, columns.get("id", "id")), build)
+
+            def supply(name: str, row: Mapping[str, Any] = row) -> str:
+                return _supply(name, row, columns)
+            item = _build(errors, str(file), _row_label(number, row, columns.get("id", "id")), build, supply)
             if item is not None:
                 yield _reversed(item) if reverse else item
 
@@ -363,6 +391,31 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
 # the item fields a same-named column fills (human and meta only as objects); once, not per row: reading a
 # pydantic model's fields costs ~10 µs
 _ITEM_FIELDS = frozenset(EvalItem.model_fields) - {"human", "meta"}
+
+
+def _mappable(target: str) -> bool:
+    """A ``--map`` target an item has: a field, a scale bound, a human label or a meta key."""
+    head, dot, rest = target.partition(".")
+    return (head in ("human", "meta") and bool(dot and rest)) or (not dot and (
+        target in _ITEM_FIELDS or target in ("scale_low", "scale_high")))
+
+
+def _supply(name: str, row: Mapping[str, Any], columns: Mapping[str, str]) -> str:
+    """How a table row would give an item the field ``name`` it lacks: the column that is empty, or the column,
+    ``--map`` (or, for the scale, ``--scale``) to add."""
+    if name == "scale":
+        return ("add columns scale_low and scale_high, map yours with --map scale_low=COLUMN --map "
+                "scale_high=COLUMN, or give every row one with --scale LOW-HIGH (e.g. --scale 1-5)")
+    if name == "human.label" and name in columns:
+        return f"recode the cell with --map 'human.label[{row.get(columns[name])}]=1' (or =2, =tie)"
+    if name == "human.label":
+        return "write it as 1, 2 or tie in the row"
+    column = columns.get(name, name if name in row else None)
+    if column is not None:
+        how = f" (--map {name}={column})" if name in columns else ""
+        return f"its column {column!r}{how} is empty in this row"
+    return (f"add a column {name!r} or map one with --map {name}=COLUMN "
+            f"(this row's columns: {', '.join(map(str, row)) or 'none'})")
 
 
 def _reversed(item: EvalItem) -> EvalItem:
@@ -382,7 +435,8 @@ def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[
             data[column] = value
     for target, column in columns.items():
         if column not in row:
-            raise KeyError(column)
+            raise FieldError(column, f"missing field (--map {target}={column}); this row's columns: "
+                                     f"{', '.join(map(str, row)) or 'none'}")
         _put(data, target, recoded.get(target, {}).get(str(row[column]), row[column]))
     data.setdefault("id", str(number))
     if data["task"] == TaskKind.SCORE.value and isinstance(data.get("human"), dict):
@@ -391,8 +445,10 @@ def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[
         data["human"] = {k: _number(v, f"human.{k}") for k, v in data["human"].items()
                          if v not in ("", None)} or None
     for name in ("low", "high"):
-        if f"scale_{name}" in data:
-            data.setdefault("scale", {})[name] = float(data.pop(f"scale_{name}"))
+        value = data.pop(f"scale_{name}", None)
+        if value not in ("", None):  # an empty cell gives no bound; a row's own wins over --scale's (a new dict:
+            # the default is every row's)
+            data["scale"] = {**(data.get("scale") or {}), name: _number(value, f"scale_{name}")}
     return data
 
 
@@ -470,10 +526,12 @@ def _rows(file: Path, errors: list[RowError], digest: Any = None) -> Iterator[tu
 
 
 def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: str | None = None,
-                 mapping: Mapping[str, str] | None = None, reverse: bool = False) -> Dataset:
-    """A built-in benchmark by name, a file in one of their layouts, or a JSONL/CSV table (with ``task``)."""
+                 mapping: Mapping[str, str] | None = None, reverse: bool = False,
+                 scale: Scale | None = None) -> Dataset:
+    """A built-in benchmark by name, a file in one of their layouts, or a JSONL/CSV table (with ``task``);
+    ``scale``: the rating scale of a score table's rows that give none (``--scale``)."""
     key = str(name_or_path)
-    dataset = _load(key, aspect, task, mapping, reverse)
+    dataset = _load(key, aspect, task, mapping, reverse, scale)
     # a dataset's items share one task kind; a streamed table knows its kind without reading a row again
     if aspect and TaskKind.PAIRWISE.value in dataset.tasks:
         # FairEval-style preferences have no aspects: an --aspect would be silently ignored
@@ -483,16 +541,22 @@ def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: s
 
 
 def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, str] | None,
-          reverse: bool) -> Dataset:
+          reverse: bool, scale: Scale | None = None) -> Dataset:
     kind = canonical(key)
+    path = Path(key)
+    table = kind is None and path.suffix.lower() in (".jsonl", ".csv")
+    if scale is not None and not (table and task == TaskKind.SCORE.value):
+        raise DatasetError(f"{key}: --scale {scale} gives the rows of a JSONL/CSV score table (--task score) their "
+                           "scale; this dataset's items have theirs")
     if kind is not None:
         return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse)
-    path = Path(key)
-    if path.suffix.lower() in (".jsonl", ".csv"):
+    if table:
         if task is None:
             raise DatasetError(f"{path}: a JSONL/CSV dataset needs --task (pairwise, score or choice)")
-        defaults = {"aspect": aspect} if aspect else None
-        return load_table(path, task=task, mapping=mapping, defaults=defaults, reverse=reverse)
+        defaults: dict[str, Any] = {"aspect": aspect} if aspect else {}
+        if scale is not None:
+            defaults["scale"] = {"low": scale.low, "high": scale.high}
+        return load_table(path, task=task, mapping=mapping, defaults=defaults or None, reverse=reverse)
     source = _read_json(path)  # read and parsed once: to recognise the layout and to load it
     return _load_kind(_sniff(source), source, aspect, reverse)
 

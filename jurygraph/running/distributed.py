@@ -41,7 +41,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from jurygraph.judging.items import EvalItem
     from jurygraph.llm.models import JuryContext
+    from jurygraph.running.rundir import RunManifest
 
 LOCAL = "local"  # a cluster started in this process, on this machine's loopback address
 USAGE_COUNTED = ("requests", "input_tokens", "output_tokens")
@@ -125,13 +126,13 @@ class DrivenRun(Protocol):
     aborted: list[Any]
     stopped: str
     summary: Any
-    manifest: dict[str, Any]
-    workers_attempts: Counter[str]
+    manifest: RunManifest
     workers_cache_hits: int
 
     def start(self) -> None: ...
     def admit(self, item: EvalItem, wait: bool = True) -> str: ...
-    def workers_paid(self, spent: Iterable[Mapping[str, Any]]) -> None: ...
+    def refresh_spend(self) -> None: ...
+    def use_remote_ledger(self, url: str) -> None: ...
     def next_or_stop(self) -> EvalItem | None: ...
     def deliver(self, record: dict[str, Any], paid_before: bool = False) -> bool: ...
     def stop(self, reason: str, exit_code: int = 1) -> None: ...
@@ -203,7 +204,10 @@ def connected(options: RayOptions) -> Iterator[Cluster]:
         try:
             if options.address == LOCAL:
                 with _loopback_node():
-                    ray.init(num_cpus=max(os.cpu_count() or 1, options.workers or 0), _node_ip_address="127.0.0.1",
+                    # address="local": a new cluster even when one runs on this machine (without an address, Ray
+                    # joins the latest cluster started here, /tmp/ray/ray_current_cluster: anyone's)
+                    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, options.workers or 0),
+                             _node_ip_address="127.0.0.1",
                              include_dashboard=options.dashboard, dashboard_host="127.0.0.1",
                              # records and shards are small: a small object store keeps a laptop's memory free
                              object_store_memory=256 * 1024**2, **common)
@@ -358,6 +362,9 @@ def judge_shard(job: Any, items: Sequence[EvalItem], shard: str, inbox: Any, bud
         ray.get(budget.begin.remote(shard, token))
         gates = job.context.gates.for_attempt(shard, token)
         job = dataclasses.replace(job, context=dataclasses.replace(job.context, gates=gates))
+    # the attempt says it began before it judges anything: a worker that dies before its first record is still a
+    # shard judged again (the driver counts each attempt)
+    ray.get(inbox.put.remote(shard, token, worker, None, {}))
     sent: list[Any] = []
 
     def deliver(record: dict[str, Any], counters: dict[str, Any]) -> None:
@@ -402,6 +409,11 @@ class _Attempts:
         self.workers.setdefault(name, {"node": worker["node"], "pid": worker["pid"], "items": 0,
                                        **dict.fromkeys(USAGE_COUNTED, 0)})
         return name
+
+    def began(self, shard: str, token: str, worker: Mapping[str, Any]) -> None:
+        """An attempt of a shard began (its counters come with its records)."""
+        if (shard, token) not in self.counters:
+            self.seen(shard, token, worker, {})
 
     def wrote(self, name: str, record: Mapping[str, Any]) -> None:
         entry = self.workers[name]
@@ -458,9 +470,11 @@ class _Driver:
         await run.shard_job(self.graph, context=context, checkpoint=state.checkpoint, cache=False).prepare_stores()
         run.cache = state.cache  # the driver opens the workers' cache too: its table exists before they start
         run.start()
+        if not state.on_this_machine:  # workers on other machines record what they pay in the shared database
+            run.use_remote_ledger(state.cache if isinstance(state.cache, str) else state.checkpoint)
         workers = self.options.workers or max(1, cluster.cpus)
         size = self._shard_size(workers)
-        run.manifest["ray"] = {
+        run.manifest.ray = {
             "address": redact_url(cluster.address), "nodes": cluster.nodes, "workers": workers, "shard_size": size,
             "checkpoint": redact_url(state.checkpoint),
             "cache": redact_url(state.cache) if isinstance(state.cache, str) else state.cache,
@@ -485,11 +499,10 @@ class _Driver:
             await self._stop(pending, inbox, budget)
             self._paid()
             run.close_outputs()
-            attempts, hits, per_worker = self.attempts.totals()
-            run.workers_attempts.update(attempts)
+            _, hits, per_worker = self.attempts.totals()
             run.workers_cache_hits += hits
-            run.manifest["ray"].update(shards=self.shards, retried_shards=self.attempts.retried_shards())
-            run.manifest["workers"] = per_worker
+            run.manifest.ray.update(shards=self.shards, retried_shards=self.attempts.retried_shards())
+            run.manifest.workers = per_worker
             for actor in (inbox, budget):
                 if actor is not None:
                     with contextlib.suppress(Exception):
@@ -512,7 +525,7 @@ class _Driver:
         """Up to ``size`` items still to judge (an error reading them stops the run, as in one process), each
         admitted by the run's budget (``--max-cost``): an item it keeps out while others are in flight is held
         for the next shard; one it refuses with none in flight (no shard ``running``, none in this one) stops
-        the run's new work."""
+        the run's new work; one that alone would pass the budget is skipped (held back)."""
         items: list[EvalItem] = []
         while len(items) < size and not self.run.stopped:
             item, self.held = self.held or self.run.next_or_stop(), None
@@ -527,10 +540,9 @@ class _Driver:
         return items
 
     def _paid(self) -> None:
-        """The workers' spend so far (each shard attempt's latest figure; a dead attempt's up to its last
-        record) is the run's: the budget admits the next items against it."""
-        self.run.workers_paid(counters["spend"] for counters in self.attempts.counters.values()
-                              if "spend" in counters)
+        """What the workers have recorded in the ledger (each call as it was paid, a dead worker's included) is
+        the run's spend: the budget admits the next items against it, and spend.json follows."""
+        self.run.refresh_spend()
 
     async def _drive(self, task: Any, job: Any, inbox: Any, budget: Any, workers: int, size: int,
                      pending: dict[Any, str]) -> None:
@@ -555,6 +567,9 @@ class _Driver:
             except ray.exceptions.RayError as err:  # the inbox's node died: the cluster is failing
                 self.run.stop(f"the Ray cluster failed: {_first_line(err)}")
                 return
+            # the spend first: a record's calls were recorded before it was sent, so spend.json never counts less
+            # than the results written
+            self._paid()
             self._receive(messages)
             for ref in ready:
                 shard = pending.pop(ref)
@@ -568,6 +583,9 @@ class _Driver:
 
     def _receive(self, messages: list[tuple[Any, ...]]) -> None:
         for shard, token, worker, record, counters in messages:
+            if record is None:  # an attempt began
+                self.attempts.began(shard, token, worker)
+                continue
             name = self.attempts.seen(shard, token, worker, counters)
             # a repeat comes from a retried shard (the first record is kept); a finished item is written even
             # when the run is stopping, unless the results file itself failed

@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -68,6 +69,9 @@ class Scenario:
 
 MOST = Scenario("most", agree=False, no_issue=False)
 FEWEST = Scenario("fewest", agree=True, no_issue=True)
+# what the two scenarios are, for a protocol that does not word its own bounds (ProtocolSpec.bounds)
+SCRIPTED_BOUNDS = ("every judge agrees and every critic says NO ISSUE at once",
+                   "the judges never agree and every critic objects")
 
 
 class PlannedModel(BaseChatModel):
@@ -122,11 +126,15 @@ class SyntheticReplies:
     :class:`Scenario`. Records the budget assumed for calls without ``max_tokens``."""
 
     def __init__(self, scenario: Scenario, *, reply_tokens: int = DEFAULT_REPLY_TOKENS, tokenizer: str = "download",
-                 counters: dict[str, TokenCounter] | None = None) -> None:
+                 counters: dict[str, TokenCounter] | None = None, lengths: Mapping[str, float] | None = None) -> None:
+        # lengths: an agent's replies as long as this many tokens (what a run's own replies measured), within the
+        # call's output budget; without: every reply at its budget (the bound)
         self.scenario, self.reply_tokens, self.tokenizer = scenario, reply_tokens, tokenizer
+        self.lengths = lengths or {}
         self.counters = counters if counters is not None else {}
         self.assumed: set[str] = set()  # agents whose calls had no max_tokens
         self.budgets: list[int] = []  # each request's output budget per reply (n samples come in parallel)
+        self.reaskable = 0  # judging calls that an unreadable reply would re-ask (one reply, an answer form)
         self._order: dict[str, int] = {}  # agents in the order they first spoke: who takes which side
 
     def counter(self, label: str) -> TokenCounter:
@@ -140,7 +148,10 @@ class SyntheticReplies:
         if budget is None:
             self.assumed.add(req.agent)
             budget = self.reply_tokens
+        if req.agent in self.lengths:
+            budget = max(1, min(int(budget), round(self.lengths[req.agent])))
         self.budgets.append(int(budget))
+        self.reaskable += int(req.form is not None and req.n == 1)
         side = self._order.setdefault(req.agent, len(self._order)) % 2
         text, parsed = self._reply(req.form, req.role, counter, int(budget), side)
         prompt = counter.messages(call.messages)
@@ -256,21 +267,23 @@ class Estimate:
 
 def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, total: int | None = None,
              prices: Mapping[str, Any] | None = None, sample: int | None = DEFAULT_SAMPLE, bounded: bool = True,
-             reply_tokens: int = DEFAULT_REPLY_TOKENS, tokenizer: str = "download", cache: Any = None) -> Estimate:
+             reply_tokens: int = DEFAULT_REPLY_TOKENS, tokenizer: str = "download", cache: Any = None,
+             lengths: Mapping[str, float] | None = None) -> Estimate:
     """Render ``graph`` (uncompiled or compiled) on the items with synthetic replies and add up what each model
     would be sent. ``total``: the number of items when ``items`` has no length (a stream); ``sample``: render at
     most this many, evenly spaced, and scale (None: all); ``bounded``: also run the ``fewest`` scenario (a
     protocol that may stop early); ``tokenizer``: one of :data:`~jurygraph.llm.tokens.TOKENIZER_MODES` (the dry
     run fetches a missing tiktoken encoding, the line before a run loads none); ``cache``: a run's LLM cache
-    (what it answers costs nothing)."""
+    (what it answers costs nothing); ``lengths``: each agent's replies as long as a run measured them
+    (:func:`reply_lengths`), for the expected figure rather than the bound."""
     started = time.monotonic()
     count = total if total is not None else len(items)  # type: ignore[arg-type]
     chosen = list(_spaced(items, count, sample))
     app = graph.compile() if isinstance(graph, StateGraph) else graph
     counters: dict[str, TokenCounter] = {}
     scenarios = (MOST, FEWEST) if bounded else (MOST,)
-    sources = {s.name: SyntheticReplies(s, reply_tokens=reply_tokens, tokenizer=tokenizer, counters=counters)
-               for s in scenarios}
+    sources = {s.name: SyntheticReplies(s, reply_tokens=reply_tokens, tokenizer=tokenizer, counters=counters,
+                                        lengths=lengths) for s in scenarios}
     # each rendered item's usage per model, by scenario
     per_item: dict[str, list[dict[str, dict[str, int]]]] = {s.name: [] for s in scenarios}
     # a scenario's context is the same for every item (nothing writes to it): built once, at the first item, where a
@@ -309,6 +322,21 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
     return Estimate(count, rendered, models, bounded and _differs(models), assumed, failed,
                     time.monotonic() - started, _item_most(per_item[MOST.name], models),
                     sum(budgets) / len(budgets) if budgets else 0.0)
+
+
+def most_requests(graph: Any, item: EvalItem, context: JuryContext | None = None) -> int:
+    """The most requests ``graph`` can send for ``item``, counted from the graph itself: the ``most`` scenario (the
+    panel never agrees, every critic objects) renders the item, and every judging call is re-asked as often as
+    the context allows (:attr:`JuryContext.reasks`). ``context``: the run's models (a native n sends n samples in
+    one request); without one, a model whose n samples are n requests. For a protocol that declares no plan."""
+    context = context if context is not None and (context.default is not None or context.models) else \
+        JuryContext(default=ModelSpec(provider="google_genai", model="plan"))
+    replies = SyntheticReplies(MOST, tokenizer="approximate")
+    app = graph.compile() if isinstance(graph, StateGraph) else graph
+    state = app.invoke({"item": item.model_dump(mode="json", exclude_none=True)},
+                       context=planned_context(context, replies))
+    requests = sum(int(counts.get("requests", 0)) for counts in usage_by_model(state.get("usage") or {}).values())
+    return requests + replies.reaskable * context.reasks
 
 
 def _item_most(per_item: list[dict[str, dict[str, int]]], models: Mapping[str, ModelEstimate]) -> dict[str, float]:
@@ -357,6 +385,48 @@ def _spaced(items: Iterable[EvalItem], count: int, sample: int | None) -> Iterab
     for index, item in enumerate(items):
         if index in picks:
             yield item
+
+
+@dataclass
+class ReplyLengths:
+    """How long a run's replies were: each agent's mean output tokens per reply, over how many replies of how many
+    finished items; ``source`` says whose (``"pilot"``: ``--pilot N``; ``"run"``: the run's own, on ``--resume``)."""
+
+    by_agent: dict[str, float]
+    replies: int
+    items: int
+    source: str
+
+    def label(self) -> str:
+        whose = f"the pilot's {self.items} items" if self.source == "pilot" else \
+            f"the run's own {self.items} finished items"
+        return f"reply lengths from {whose} ({self.replies:,} replies)"
+
+
+def reply_lengths(out_dir: Path, source: str = "run") -> ReplyLengths | None:
+    """Each agent's mean reply length in a run directory's finished items (their usage: output tokens per reply; n
+    samples from one OpenAI request are n replies), or None when no item is finished."""
+    from jurygraph.running.rundir import iter_results
+
+    tokens: dict[str, int] = {}
+    replies: dict[str, int] = {}
+    items = 0
+    for record in iter_results(out_dir):
+        if record.get("status") != "ok":
+            continue
+        items += 1
+        for agent, entry in (record.get("usage") or {}).items():
+            requests = int(entry.get("requests", 0))
+            if not requests:
+                continue
+            n = int((entry.get("params") or {}).get("n") or 1)
+            native = str(entry.get("model", "")).startswith("openai:")
+            replies[agent] = replies.get(agent, 0) + requests * (n if native else 1)
+            tokens[agent] = tokens.get(agent, 0) + int(entry.get("output_tokens", 0))
+    if not replies:
+        return None
+    return ReplyLengths({agent: tokens[agent] / count for agent, count in replies.items()}, sum(replies.values()),
+                        items, source)
 
 
 def wall_time(requests: float, reply_tokens: float, *, concurrency: int,

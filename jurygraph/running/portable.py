@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import io
 import pickle
+import sys
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from jurygraph.graphs.registry import BY_VALUE
+
 
 def dumps(value: Any) -> bytes:
-    """``value`` pickled with cloudpickle (functions and classes by value where they must be), compiled graphs
-    as their builders."""
+    """``value`` pickled with cloudpickle (functions and classes by value where they must be: a protocol loaded from
+    a file, :data:`jurygraph.graphs.registry.BY_VALUE`), compiled graphs as their builders."""
     from ray import cloudpickle
+
+    for name in sorted(BY_VALUE):
+        if name in sys.modules:
+            cloudpickle.register_pickle_by_value(sys.modules[name])
 
     class Pickler(cloudpickle.CloudPickler):  # type: ignore[misc, name-defined]
         def reducer_override(self, obj: Any) -> Any:

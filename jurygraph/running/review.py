@@ -1,9 +1,10 @@
 """A person's verdicts on a run's items that wait for review (paused by the review node's ``interrupt()``).
 
-:func:`reviewing` takes the run directory's lock, opens its checkpoints and compiles the run's graph; each
-:meth:`Review.answer` resumes one item's thread with ``Command(resume=...)`` -- the same call a notebook or LangGraph
-Studio makes -- and replaces the item's ``awaiting_review`` line of results.jsonl by its finished line (reviewer's
-verdict, reviewer, time, note, the panel's original verdict in ``verdict.detail.review``). The thread is resumed
+:func:`reviewing` takes the run directory's lock (not when it only lists what waits: ``read_only``), opens its
+checkpoints and compiles the run's graph; each :meth:`Review.answer` resumes one item's thread with
+``Command(resume=...)`` -- the same call a notebook or LangGraph Studio makes -- and replaces the item's
+``awaiting_review`` line of results.jsonl by its finished line (reviewer's verdict, reviewer, time, note, the panel's
+original verdict in ``verdict.detail.review``). The thread is resumed
 with ``durability="exit"``: the one step left (the review node) is written as one checkpoint when it ends. Nothing
 calls a model: the panel's work is in the checkpoint.
 
@@ -14,6 +15,7 @@ verdict; :meth:`Review.pending` (and an ``eval --resume``) write its line from t
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,7 @@ from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CHECKPOINTS,
     iter_results,
+    load_manifest,
     read_manifest,
     replace_result,
     run_lock,
@@ -47,8 +50,14 @@ class NotAwaitingReview(ValueError):
 
 
 def awaiting_ids(out_dir: str | Path) -> list[str]:
-    """The ids of the items whose results line says they wait for a review, in the file's order."""
-    return [str(r["id"]) for r in iter_results(out_dir) if r.get("status") == AWAITING_REVIEW]
+    """The ids of the items whose results line says they wait for a review, in their ids' natural order (q2 before
+    q10): the results file is in the order items finished, which concurrency makes differ from run to run."""
+    waiting = [str(r["id"]) for r in iter_results(out_dir) if r.get("status") == AWAITING_REVIEW]
+    return sorted(waiting, key=_natural)
+
+
+def _natural(text: str) -> list[tuple[int, int | str]]:
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part]
 
 
 @dataclass
@@ -58,12 +67,13 @@ class Review:
     out: Path
     app: CompiledStateGraph[Any, Any, Any, Any]
     keep_final: bool = True  # the run keeps each finished item's final checkpoint only (--keep-checkpoints final)
+    read_only: bool = False  # looking only (`review --list`): no lock taken, nothing written
 
     def _config(self, item_id: str) -> Any:
         return {"configurable": {"thread_id": item_id}}
 
     def pending(self) -> dict[str, dict[str, Any]]:
-        """The items waiting for a review, each with its :meth:`request`, in the results file's order. An item whose
+        """The items waiting for a review, each with its :meth:`request`, in their ids' natural order. An item whose
         checkpoint is already reviewed (a review that died before its results line was written) gets its line now
         and is not listed."""
         waiting = {}
@@ -72,7 +82,7 @@ class Review:
             pause = review_interrupt(snapshot.interrupts)
             if pause is not None:
                 waiting[item_id] = dict(pause.value)
-            elif snapshot.values.get("verdict") and not snapshot.next:
+            elif snapshot.values.get("verdict") and not snapshot.next and not self.read_only:
                 self._record(item_id, snapshot.values)
         return waiting
 
@@ -97,6 +107,8 @@ class Review:
         """Resume the item with the reviewer's ``answer`` (a verdict, or ``{"verdict", "reviewer", "note"}``) and
         write its results line; returns the line. A ValueError, before anything changes, when the verdict does not
         fit the item or the item does not wait for a review."""
+        if self.read_only:
+            raise RuntimeError(f"{self.out}: opened to look only; answering needs reviewing(..., read_only=False)")
         config = self._config(item_id)
         snapshot, _ = self._paused(item_id)
         read_review(answer, as_item(snapshot.values["item"]))  # a wrong verdict is refused here, not re-asked
@@ -110,13 +122,14 @@ class Review:
     def _record(self, item_id: str, values: dict[str, Any]) -> dict[str, Any]:
         record = item_record(as_item(values["item"]), values, "ok")
         replace_result(self.out, record)
-        manifest = read_manifest(self.out)
+        manifest = load_manifest(self.out)
         if manifest is not None:
-            left = [i for i in manifest.get("awaiting_review") or [] if i != item_id]
-            manifest["awaiting_review"] = left
-            if isinstance(manifest.get("counts"), dict):
-                manifest["counts"]["awaiting_review"] = len(left)
-                manifest["counts"]["reviewed"] = int(manifest["counts"].get("reviewed") or 0) + 1
+            left = [i for i in manifest.awaiting_review if i != item_id]
+            manifest.awaiting_review = left
+            counts = manifest.counts
+            counts.awaiting_review = len(left)
+            counts.reviewed += 1
+            counts.done += 1  # the item is decided now
             write_manifest(self.out, manifest)
         return record
 
@@ -131,11 +144,16 @@ class Review:
 
 
 @contextlib.contextmanager
-def reviewing(graph: StateGraph, out_dir: str | Path, *, checkpoint: str | None = None) -> Iterator[Review]:
-    """Hold the run's lock (RunLocked if a run or another review writes it) and give a :class:`Review` of it."""
+def reviewing(graph: StateGraph, out_dir: str | Path, *, checkpoint: str | None = None,
+              read_only: bool = False) -> Iterator[Review]:
+    """Hold the run's lock (RunLocked if a run or another review writes it) and give a :class:`Review` of it.
+    ``read_only``: to list what waits, as ``show`` and ``metaeval`` read a run: no lock (a run or a review may be
+    writing it meanwhile), the checkpoints opened read-only, nothing answered or written."""
     out = Path(out_dir)
     manifest = read_manifest(out)
     if manifest is None:
         raise FileNotFoundError(f"{out}: no manifest.json (is it a jurygraph run directory?)")
-    with run_lock(out), open_saver(checkpoint or str(out / CHECKPOINTS), read_only=False) as saver:
-        yield Review(out, graph.compile(checkpointer=saver), keep_final=manifest.get("keep_checkpoints") != "all")
+    keep_final = manifest.get("keep_checkpoints") != "all"
+    with contextlib.nullcontext() if read_only else run_lock(out), \
+            open_saver(checkpoint or str(out / CHECKPOINTS), read_only=read_only) as saver:
+        yield Review(out, graph.compile(checkpointer=saver), keep_final=keep_final, read_only=read_only)

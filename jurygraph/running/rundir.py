@@ -2,13 +2,23 @@
 
     RUN_DIR/results.jsonl      one JSON line per item, appended and synced as each item finishes (or pauses for a
                                review: status "awaiting_review", replaced by its reviewed line)
-    RUN_DIR/manifest.json      what defines the run (protocol, models, dataset, options) and its invocations
+    RUN_DIR/manifest.json      what defines the run (protocol, models, dataset, options), its totals over every
+                               invocation and each invocation's own (:class:`RunManifest`)
     RUN_DIR/checkpoints.sqlite one LangGraph thread per item (thread_id = item id)
     RUN_DIR/llm_cache.sqlite   every answered model call
-    RUN_DIR/spend.json         what the run has paid so far, over every invocation (the budget's ground)
+    RUN_DIR/ledger.sqlite      every paid call, recorded before its answer is used (:mod:`jurygraph.running.ledger`)
+    RUN_DIR/spend.json         what the run has paid so far, over every invocation: the ledger's sums (the budget's
+                               ground; its file name and fields are an interface)
     RUN_DIR/batches.jsonl      the provider batches of a --batch run: each submitted, collected, settled
     RUN_DIR/batches/           the batch files sent to the provider (one per batch, kept until it is settled)
     RUN_DIR/run.lock           held (flock) by the one process writing the directory
+
+The manifest is one typed record, :class:`RunManifest`, and :func:`write_manifest` its one writer: the runner writes
+it when an invocation starts and ends, a review when it answers an item; everything else reads it
+(:func:`load_manifest` typed, :func:`read_manifest` as plain JSON). Its top-level ``counts``, ``usage_by_agent``,
+``usage_by_model`` and ``attempts_by_model`` are the whole run's, over every invocation (from the ledger, so an
+invocation killed half-way counts too); ``invocations`` has each invocation's own. A manifest of an older version
+loads (every field has a default) and keeps what it has that this version does not know.
 
 The lock is an ``fcntl.flock`` on ``run.lock``: the kernel drops it when its holder exits, however it
 exits, so a lock left by a killed process never blocks a resume; the file keeps the holder's PID so a
@@ -21,9 +31,13 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 RESULTS = "results.jsonl"
 # a results line's status: "ok", "failed", or waiting for a person's verdict (a review node's interrupt())
@@ -32,6 +46,7 @@ MANIFEST = "manifest.json"
 CHECKPOINTS = "checkpoints.sqlite"
 CACHE = "llm_cache.sqlite"
 SPEND = "spend.json"
+LEDGER = "ledger.sqlite"
 BATCHES = "batches.jsonl"
 BATCH_FILES = "batches"
 LOCK = "run.lock"
@@ -57,8 +72,233 @@ def iter_results(out_dir: str | Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
+# --- the manifest ----------------------------------------------------------------------------------------------
+#
+# Each section is a model with defaults for every field (a manifest written by an older version loads) and
+# ``extra="allow"`` (a field this version does not know is kept as it was). A new section of the run's record is a
+# field here: typed, with a default, documented in its docstring.
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+
+class SpendFigures(_Section):
+    """What was paid: ``spend.json``'s fields (an interface: names and meanings stay). ``cost_usd`` is None when no
+    paid call had a price (an unpriced model is not free: its cost is unknown)."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    batch_requests: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class Counts(_Section):
+    """Counts of a run (the top-level ``counts``: over every invocation) or of one invocation (its ``counts``).
+
+    ``items``: the run's items; ``done``, ``failed``, ``awaiting_review``, ``missing_*``: the items in that state
+    (the run's: as results.jsonl has them now). ``skipped``: items an invocation found done already (per
+    invocation; 0 at the top); ``reviewed``: items a person decided (``jurygraph review``). ``requests``, the tokens
+    and ``cost_usd``: paid calls (the ledger's); ``attempts``: HTTP requests sent for calls, retries and failed
+    calls included (the ledger's: a call in flight at a kill is not known); ``cache_hits``: calls the cache
+    answered free; ``seconds``: wall time (summed over invocations)."""
+
+    items: int | None = None
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    missing_verdicts: int = 0
+    missing_judgments: int = 0
+    requests: int = 0
+    attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_hits: int = 0
+    cost_usd: float | None = None
+    seconds: float = 0.0
+    interrupted: bool = False
+    awaiting_review: int = 0
+    reviewed: int = 0  # items a person decided since (``jurygraph review``)
+
+
+class Invocation(_Section):
+    """One ``jurygraph eval`` (or ``run()``) on the run directory: when, which process, whether it resumed, its
+    execution-only options, and at its end (missing for an invocation that was killed) what it did: its counts,
+    usage per agent and model, HTTP attempts per model, its spend, how it stopped and what the budget held back.
+    ``dataset_sha256``: the dataset file's hash as this invocation read it."""
+
+    at: str | None = None
+    pid: int | None = None
+    resume: bool = False
+    execution: dict[str, Any] = Field(default_factory=dict)
+    dataset_sha256: str | None = None
+    ended: str | None = None
+    counts: Counts | None = None
+    usage_by_agent: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    usage_by_model: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    attempts_by_model: dict[str, int] = Field(default_factory=dict)
+    spend: SpendFigures | None = None
+    stopped: str | None = None
+    aborted: str | None = None
+
+
+class DatasetChange(_Section):
+    """The dataset file read with another hash than the run began on (``--dataset-changed continue``)."""
+
+    sha256: str
+    invocation: int
+    at: str | None = None
+
+
+class DatasetInfo(_Section):
+    """Which data the run judges. ``sha256`` is the file's hash when the run began, never overwritten; a resume that
+    read another (``--dataset-changed continue``) adds it to ``changes``, and ``judged_on`` then says which items were
+    judged on which hash."""
+
+    name: str | None = None
+    source: str | None = None
+    sha256: str | None = None
+    rows_skipped: int | None = None
+    changes: list[DatasetChange] = Field(default_factory=list)
+    judged_on: dict[str, list[str]] = Field(default_factory=dict)
+
+    def current(self) -> str | None:
+        """The hash the latest invocation read."""
+        return self.changes[-1].sha256 if self.changes else self.sha256
+
+    def read(self, sha256: str | None, invocation: int, at: str | None) -> None:
+        """An invocation read the dataset with this hash: a change when it is not the one the latest read."""
+        if sha256 and self.sha256 and sha256 != self.current():
+            self.changes.append(DatasetChange(sha256=sha256, invocation=invocation, at=at))
+
+    def note_judged(self, kept: Iterable[str], done: Iterable[str]) -> None:
+        """Which items were judged on which hash, once the file has changed: ``done`` (this invocation's) on the
+        current one; at the first change, ``kept`` (every item judged before it) on the hash read before."""
+        if not self.changes:
+            return
+        if not self.judged_on:
+            before = self.changes[-2].sha256 if len(self.changes) > 1 else self.sha256
+            self.judged_on[str(before)] = sorted(kept)
+        current = str(self.current())
+        self.judged_on[current] = sorted({*self.judged_on.get(current, []), *done})
+
+
+class BudgetInfo(_Section):
+    """``--max-cost`` / ``--max-total-tokens``: the limits, the largest reserve an item was given, the items held
+    back (id -> why) by the latest invocation, and by how much the spend passed a limit (None: it did not)."""
+
+    max_cost_usd: float | None = None
+    max_total_tokens: int | None = None
+    reserve_per_item: dict[str, Any] | None = None
+    held_back: dict[str, str] = Field(default_factory=dict)
+    overrun: dict[str, Any] | None = None
+
+
+class RunManifest(_Section):
+    """``manifest.json``: what defines the run, its totals over every invocation, and each invocation's own.
+
+    Written by :func:`write_manifest` only. ``counts``, ``usage_by_agent``, ``usage_by_model``, ``attempts_by_model``
+    and ``spend`` cover every invocation (``invocations[k]`` has each one's); ``run_id`` names the run in a ledger
+    shared by several runs (a cluster's PostgreSQL table)."""
+
+    run_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    protocol: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    dataset: DatasetInfo | None = None
+    models: dict[str, str] = Field(default_factory=dict)
+    requests_per_item: int | None = None
+    cli: dict[str, Any] = Field(default_factory=dict)
+    structured_output: bool | None = None
+    gen: dict[str, Any] = Field(default_factory=dict)
+    started: str | None = None
+    ended: str | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    concurrency: int | None = None
+    items: int | None = None
+    checkpoint: str | None = None
+    keep_checkpoints: str | None = None
+    interrupted: bool = False
+    counts: Counts = Field(default_factory=Counts)
+    usage_by_agent: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    usage_by_model: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    generation: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    attempts_by_model: dict[str, int] = Field(default_factory=dict)
+    awaiting_review: list[str] = Field(default_factory=list)
+    spend: SpendFigures | None = None
+    budget: BudgetInfo | None = None
+    stopped: str | None = None
+    aborted: str | None = None
+    batches: list[dict[str, Any]] | None = None
+    ray: dict[str, Any] | None = None
+    workers: list[dict[str, Any]] | None = None
+    invocations: list[Invocation] = Field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """The manifest as written: every field, but the sections of a kind of run this one is not (budget, batches,
+        ray, workers) left out while empty."""
+        data = self.model_dump(mode="json")
+        for name in _ONLY_WHEN_SET:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
+
+    def totals(self) -> dict[str, Any]:
+        """The run's totals over every invocation, as ``show``, ``metaeval`` and ``report`` give them: items and
+        their states, paid calls, HTTP attempts, tokens, USD (None: no price known), wall time, invocations."""
+        counts = self.counts
+        return {"items": counts.items, "done": counts.done, "failed": counts.failed,
+                "awaiting_review": counts.awaiting_review, "requests": counts.requests, "attempts": counts.attempts,
+                "input_tokens": counts.input_tokens, "output_tokens": counts.output_tokens,
+                "cost_usd": counts.cost_usd, "seconds": round(counts.seconds, 3), "invocations": len(self.invocations)}
+
+    @property
+    def invocation(self) -> Invocation:
+        """The latest invocation (one is added when there is none)."""
+        if not self.invocations:
+            self.invocations.append(Invocation())
+        return self.invocations[-1]
+
+    @classmethod
+    def begin(cls, previous: RunManifest | None, given: Mapping[str, Any], invocation: Invocation) -> RunManifest:
+        """The manifest of an invocation that starts: the run's (``previous``, None for a new run) with the fields
+        the caller gives (``given``: what defines the run, as ``eval`` restored it) over it, and ``invocation``
+        added. What a run accumulates stays: its id, every earlier invocation, the hash its dataset had when it
+        began (a different one now is recorded as a change, never written over it)."""
+        given = {key: value for key, value in given.items() if key not in ("invocations", "run_id")}
+        if previous is None:
+            manifest = cls.model_validate(given)
+        else:
+            manifest = previous.model_copy(deep=True)
+            dataset = given.pop("dataset", None)
+            for key, value in given.items():
+                setattr(manifest, key, value)
+            if dataset is not None:
+                now = DatasetInfo.model_validate(dataset)
+                if manifest.dataset is None or not manifest.dataset.sha256:
+                    manifest.dataset = now
+                else:
+                    kept = manifest.dataset
+                    manifest.dataset = now.model_copy(update={"sha256": kept.sha256, "changes": kept.changes,
+                                                              "judged_on": kept.judged_on})
+                    manifest.dataset.read(now.sha256, len(manifest.invocations), invocation.at)
+        if manifest.dataset is not None:
+            invocation.dataset_sha256 = manifest.dataset.current()
+        manifest.invocations.append(invocation)
+        manifest.stopped = manifest.aborted = None
+        manifest.interrupted = False
+        return manifest
+
+
+_ONLY_WHEN_SET = ("budget", "batches", "ray", "workers")
+
+
 def read_manifest(out_dir: str | Path) -> dict[str, Any] | None:
-    """The run's manifest, or None when the directory has none."""
+    """The run's manifest as plain JSON, or None when the directory has none."""
     path = Path(out_dir) / MANIFEST
     if not path.exists():
         return None
@@ -66,9 +306,16 @@ def read_manifest(out_dir: str | Path) -> dict[str, Any] | None:
     return data
 
 
-def write_manifest(out_dir: str | Path, data: Mapping[str, Any]) -> None:
-    """Replace the manifest atomically (a crash leaves the old one or the new one, never half of one)."""
-    _replace_json(Path(out_dir) / MANIFEST, data, indent=2)
+def load_manifest(out_dir: str | Path) -> RunManifest | None:
+    """The run's manifest, typed (any version's: missing fields take their defaults), or None when there is none."""
+    data = read_manifest(out_dir)
+    return None if data is None else RunManifest.model_validate(data)
+
+
+def write_manifest(out_dir: str | Path, manifest: RunManifest) -> None:
+    """Replace the manifest atomically (a crash leaves the old one or the new one, never half of one). The one
+    writer of ``manifest.json``."""
+    _replace_json(Path(out_dir) / MANIFEST, manifest.as_json(), indent=2)
 
 
 def read_spend(out_dir: str | Path) -> dict[str, Any] | None:
@@ -83,8 +330,76 @@ def read_spend(out_dir: str | Path) -> dict[str, Any] | None:
     return data
 
 
-def write_spend(out_dir: str | Path, data: Mapping[str, Any]) -> None:
-    _replace_json(Path(out_dir) / SPEND, data)
+def write_spend(out_dir: str | Path, spend: SpendFigures) -> None:
+    _replace_json(Path(out_dir) / SPEND, spend.model_dump(mode="json"))
+
+
+class SpendFile:
+    """``spend.json`` kept up to date off the event loop: :meth:`update` hands the latest figures to a thread that
+    writes them (each write renamed into place, so a reader never sees half a file; a rename costs ~1-3 ms on a
+    loaded disk, which no model call should wait for); figures that arrive while it writes are coalesced into the
+    next write. :meth:`flush` writes what is pending and waits; an error of the thread (a full disk) is raised
+    there."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.out = Path(out_dir)
+        self._latest: SpendFigures | None = None
+        self._written: SpendFigures | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def update(self, spend: SpendFigures) -> None:
+        with self._changed:
+            self._latest = spend
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_each, name="jurygraph-spend", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def _write_each(self) -> None:
+        while True:
+            with self._changed:
+                while not self._closed and (self._latest is None or self._latest is self._written):
+                    self._changed.wait()
+                if self._latest is None or self._latest is self._written:
+                    return  # closed, nothing pending
+                spend = self._latest
+            try:
+                write_spend(self.out, spend)
+            except BaseException as err:
+                with self._changed:
+                    self._error, self._written = err, spend
+                    self._changed.notify_all()
+                return
+            with self._changed:
+                self._written = spend
+                self._changed.notify_all()
+
+    def flush(self) -> None:
+        """Write the latest figures now (in this thread if the writer is gone) and wait; raise the writer's error."""
+        with self._changed:
+            while self._thread is not None and self._thread.is_alive() and self._error is None and \
+                    self._latest is not self._written:
+                self._changed.wait(1.0)
+            error, self._error = self._error, None
+            pending = self._latest if self._latest is not self._written else None
+        if error is not None:
+            self._thread = None
+            raise error
+        if pending is not None:
+            write_spend(self.out, pending)
+            self._written = pending
+
+    def close(self) -> None:
+        """Flush and stop the writer."""
+        try:
+            self.flush()
+        finally:
+            with self._changed:
+                self._closed = True
+                self._changed.notify_all()
 
 
 def read_batch_events(out_dir: str | Path) -> list[dict[str, Any]]:
@@ -117,9 +432,16 @@ def batch_file(out_dir: str | Path, round_number: int, part: int) -> Path:
 
 
 def _replace_json(path: Path, data: Mapping[str, Any], indent: int | None = None) -> None:
+    """Write beside, then rename over: a crash leaves the old file or the new one. A failed write (a full disk)
+    leaves neither a half file nor its empty temporary."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=indent, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=indent, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def replace_result(out_dir: str | Path, record: dict[str, Any]) -> None:
@@ -143,12 +465,17 @@ def replace_result(out_dir: str | Path, record: dict[str, Any]) -> None:
 def _rewrite_results(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """results.jsonl holding ``records``, written beside it, synced and put in its place in one rename."""
     tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the old file stays whole, and no half-written temporary beside it
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 class ResultsFile:

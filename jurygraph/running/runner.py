@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import os
 import platform
 import signal
 import sqlite3
@@ -26,7 +27,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence, Sized
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -41,25 +42,31 @@ from langgraph.types import Durability, StateSnapshot
 
 from jurygraph.judging.doubt import decided_by, doubt_signals
 from jurygraph.judging.items import EvalItem
-from jurygraph.judging.state import COUNTS, add_usage, usage_by_model, usage_counts
 from jurygraph.llm.cache_postgres import is_postgres_url, open_cache
 from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey, http_attempts
-from jurygraph.llm.pricing import estimate_cost
 from jurygraph.llm.redact import redact_text, redact_url
 from jurygraph.running.batch import BatchOptions, BatchRounds, paused_for_review, waits_for_batch
-from jurygraph.running.budget import Budget, Spend, SpendMeter
+from jurygraph.running.budget import Budget, SpendMeter
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, serializer
 from jurygraph.running.datasets import repeated
 from jurygraph.running.distributed import RayOptions
+from jurygraph.running.ledger import Ledger, PostgresLedger, reconcile
 from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CACHE,
     CHECKPOINTS,
+    LEDGER,
     MANIFEST,
     RESULTS,
+    BudgetInfo,
+    Counts,
+    Invocation,
     ResultsFile,
+    RunManifest,
+    SpendFigures,
     iter_results,
+    load_manifest,
     run_lock,
     write_manifest,
 )
@@ -101,7 +108,7 @@ class RunSummary:
     awaiting: list[str] = field(default_factory=list)  # their ids
 
     def line(self) -> str:
-        cost = f", ~${self.cost_usd:.4f}" if self.cost_usd else ""
+        cost = f", ~${self.cost_usd:.4f}" if self.cost_usd is not None else ""
         attempts = f" ({self.attempts} attempts)" if self.attempts > self.requests else ""
         waiting = f", {self.awaiting_review} await review" if self.awaiting_review else ""
         return (f"{self.done} done, {self.failed} failed{waiting}, {self.skipped} already done, "
@@ -211,8 +218,12 @@ async def arun(
     write per item when the LLM cache is on), ``"all"`` every step's (time travel); see
     :mod:`jurygraph.running.checkpoints`.
     ``on_token(item_id, node, text)`` receives model output as it is generated (live view).
-    ``budget``: stop starting items before the run's spend (``RUN_DIR/spend.json``, every invocation's) would
-    pass it (:mod:`jurygraph.running.budget`); the run then ends with :class:`RunAborted` (exit code 3).
+    ``budget``: stop starting items before the run's spend (its ledger, every invocation's) would pass it
+    (:mod:`jurygraph.running.budget`); the run then ends with :class:`RunAborted` (exit code 3), as it does when an
+    item was held back or the spend passed the budget.
+    ``manifest``: the run's own fields for ``manifest.json`` (protocol, parameters, dataset...; ``invocation``: this
+    invocation's, e.g. its execution options), merged over the run's manifest on a resume
+    (:meth:`jurygraph.running.rundir.RunManifest.begin`).
     ``batch``: send the calls through the provider's Batch API, in rounds (:mod:`jurygraph.running.batch`).
     ``ray``: judge the items on a Ray cluster (``"local"``, ``"auto"``, an address, or :class:`RayOptions`) with
     ``workers`` workers, each running this runner over shards of the items (``concurrency`` items at a time per
@@ -276,8 +287,10 @@ class _Run:
         self.context = context or JuryContext()
         self.started = time.monotonic()
         self.attempts_before = Counter(http_attempts)
-        self.usage: dict[str, dict[str, Any]] = {}  # agent -> requests and tokens of this invocation's items
         self.generation: dict[str, dict[str, Any]] = {}  # agent -> the generation parameters it was called with
+        self.kept = Counts()  # what the earlier invocations' finished items were (their lines kept)
+        self.kept_ids: list[str] = []
+        self.done_ids: list[str] = []  # the items this invocation finished
         self.aborted: list[RunAborted] = []
         self.still_waiting: set[str] = set()  # items a previous invocation paused for review, left as they were
         self.protocol = str(self.manifest_given.get("protocol") or "")
@@ -285,43 +298,81 @@ class _Run:
         self.budget, self.stopped = budget, ""  # stopped: "budget" once the budget stopped starting items
         self.batch = batch
         self.item_finished = asyncio.Event()  # set (and replaced) as each item finishes: the budget's waiters
-        # what the workers of a Ray run counted (their HTTP attempts and cache hits are not this process's)
-        self.workers_attempts: Counter[str] = Counter()
-        self.workers_cache_hits = 0
+        self.workers_cache_hits = 0  # what the workers of a Ray run counted (their cache hits are not this process's)
+        self.remote_ledger: PostgresLedger | None = None  # a cluster's workers on other machines record here
+        self.ledger_target = ""  # where this run's workers record what they pay (a file, or a postgresql:// URL)
 
     def counters(self) -> dict[str, Any]:
         """This process's HTTP attempts by model and call-cache hits since the invocation began."""
         attempts = Counter(http_attempts)
         attempts.subtract(self.attempts_before)
         return {"attempts": {label: n for label, n in attempts.items() if n > 0},
-                "cache_hits": self.llm_cache.hits if self.llm_cache is not None else 0,
-                "spend": self.meter.spent_here().as_json()}
+                "cache_hits": self.llm_cache.hits if self.llm_cache is not None else 0}
 
     def shard_job(self, graph: StateGraph | CompiledStateGraph, *, context: JuryContext, checkpoint: str,
                   cache: bool | str) -> ShardJob:
         """This run's judging, for workers in other processes: ``context`` without this process's cache, the
-        shared ``checkpoint`` store and ``cache`` as the workers reach them."""
+        shared ``checkpoint`` store and ``cache`` as the workers reach them, and the ledger they record in."""
+        manifest = getattr(self, "manifest", None)
         return ShardJob(graph, self.out, context, self.concurrency, checkpoint, cache, self.keep_checkpoints,
-                        self.protocol, self.prices)
+                        self.protocol, self.prices, ledger=self.ledger_target,
+                        run_id=manifest.run_id if manifest is not None else "",
+                        invocation=len(manifest.invocations) - 1 if manifest is not None else 0)
+
+    def use_remote_ledger(self, url: str) -> None:
+        """Workers on other machines record what they pay in a PostgreSQL table at ``url``: the driver copies their
+        rows into the run directory's ledger (now, as a resume does, and as the run goes)."""
+        self.remote_ledger = PostgresLedger(url, run=self.manifest.run_id, invocation=self.ledger.invocation)
+        self.ledger_target = url
+        self.refresh_spend()
+
+    def refresh_spend(self) -> None:
+        """What other processes have recorded (a Ray run's workers), counted now; spend.json follows."""
+        if self.remote_ledger is not None:
+            self.ledger.copy_from(self.remote_ledger)
+        self.meter.refresh()
 
     def start(self) -> None:
-        """What a resumed run keeps, the call cache, the manifest's start and the results file."""
+        """What a resumed run keeps, the call cache, the manifest's start (this invocation added), the ledger
+        (reconciled with what an earlier invocation left), the spend and the results file."""
         out = self.out
         if not self.resume and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
             raise FileExistsError(f"{out / RESULTS} exists: pass resume=True (--resume) or choose another --out")
         self._prepare()
-        self.meter = SpendMeter(out, self.prices)
-        self.manifest: dict[str, Any] = {
-            **self.manifest_given, "started": datetime.now(UTC).isoformat(), "versions": _versions(),
-            "concurrency": self.concurrency, "items": self.total,
-            "checkpoint": redact_url(self.checkpoint) if self.checkpoint else CHECKPOINTS,
-            "keep_checkpoints": self.keep_checkpoints,
-        }
+        given = dict(self.manifest_given)
+        invocation = Invocation.model_validate({"at": datetime.now(UTC).isoformat(), "pid": os.getpid(),
+                                                "resume": self.resume, **(given.pop("invocation", None) or {})})
+        previous = load_manifest(out)
+        self.manifest = RunManifest.begin(previous, given, invocation)
+        self.manifest.started = invocation.at
+        self.manifest.versions = _versions()
+        self.manifest.concurrency, self.manifest.items = self.concurrency, self.total
+        self.manifest.checkpoint = redact_url(self.checkpoint) if self.checkpoint else CHECKPOINTS
+        self.manifest.keep_checkpoints = self.keep_checkpoints
         # written now (ended: null) and again at the end, so a run killed half-way can be resumed by its manifest
-        self.manifest["ended"] = None
+        self.manifest.ended = None
+        self.generation = dict(self.manifest.generation)
+        self.ledger = Ledger(out / LEDGER, run=self.manifest.run_id, invocation=len(self.manifest.invocations) - 1)
+        self.ledger_target = str((out / LEDGER).resolve())
+        reconcile(self.ledger, out, own_cache=self.llm_cache if self.cache is True else None,
+                  models=self.manifest.models, prices=self.prices)
+        self._backfill()
+        self.meter = SpendMeter(self.ledger, self.prices, out)
         write_manifest(out, self.manifest)
         self.results: ResultsFile | _Delivered = ResultsFile(out / RESULTS, self._kept() if self.resume else ())
         self.bar = _progress_bar(self.total, self.progress)
+
+    def _backfill(self) -> None:
+        """An earlier invocation killed before its end wrote no figures: what it paid is in the ledger."""
+        for number, earlier in enumerate(self.manifest.invocations[:-1]):
+            if earlier.spend is None and earlier.counts is None:
+                paid = self.ledger.totals("invocation = ?", (number,))
+                earlier.spend = SpendFigures(requests=paid.requests, input_tokens=paid.input_tokens,
+                                             output_tokens=paid.output_tokens, cost_usd=paid.cost_usd,
+                                             batch_requests=paid.batch_requests)
+                earlier.usage_by_agent = self.ledger.usage_by_agent(number)
+                earlier.usage_by_model = self.ledger.usage_by_model(number)
+                earlier.attempts_by_model = self.ledger.attempts_by_model(number)
 
     def _prepare(self) -> None:
         """What every judging process needs: the finished ids (a resume fills them as it copies the finished
@@ -334,12 +385,17 @@ class _Run:
         self.summary = RunSummary(out_dir=str(self.out))
         self.mode = durability(self.keep_checkpoints, cache=self.llm_cache is not None)
 
-    def start_shard(self, deliver: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
+    def start_shard(self, deliver: Callable[[dict[str, Any], dict[str, Any]], None], ledger: str, run_id: str,
+                    invocation: int) -> None:
         """:meth:`start` for a shard judged in a worker (:class:`ShardJob`): no run-directory file is touched (the
-        driver alone writes them); each record goes to ``deliver`` with this shard's :meth:`counters` so far."""
+        driver alone writes them) but the ledger, ``ledger`` (the run directory's file on this machine, or the
+        cluster's PostgreSQL table), where each call is recorded as it is paid; each record goes to ``deliver`` with
+        this shard's :meth:`counters` so far."""
         self._prepare()
-        self.meter = SpendMeter(self.out, self.prices, persist=False)  # the driver alone writes spend.json
-        self.manifest = {}
+        store = PostgresLedger(ledger, run=run_id, invocation=invocation) if is_postgres_url(ledger) else \
+            Ledger(ledger, run=run_id, invocation=invocation)
+        self.meter = SpendMeter(store, self.prices, reads=False)  # the driver counts, and writes spend.json
+        self.manifest = RunManifest(run_id=run_id)
         self.results = _Delivered(deliver, self.counters, self.still_waiting)
         self.bar = None
 
@@ -348,6 +404,11 @@ class _Run:
         for record in iter_results(self.out):
             if record.get("status") == "ok" and record["id"] not in self.finished:
                 self.finished.add(record["id"])
+                self.kept_ids.append(record["id"])
+                self.kept.done += 1
+                verdict = record.get("verdict") or {}
+                self.kept.missing_verdicts += 1 if not verdict or verdict.get("missing") else 0
+                self.kept.missing_judgments += int(record.get("n_missing", 0))
                 _note_generation(self.generation, record)
                 yield record
 
@@ -433,7 +494,10 @@ class _Run:
             item = self.next_or_stop()
             if item is None:
                 return
-            if not await self.admitted(item):
+            answer = await self.admitted(item)
+            if answer == "skip":  # held back: it alone would pass the budget; the next may fit
+                continue
+            if answer != "start":
                 return
             try:
                 record = await self.judge(app, item, fresh)
@@ -457,39 +521,40 @@ class _Run:
         self.tally(record)
         return True
 
-    async def admitted(self, item: EvalItem, wait: bool = True) -> bool:
-        """Whether the budget lets this item start (it then counts as in flight). While items in flight hold
-        reserves that keep it out, it waits for one to finish (its actual spend replaces its reserve); when none
-        is left in flight (or ``wait`` is off: a batch run admits before its first round) and it still does not
-        fit, the run stops starting items (this one stays pending)."""
+    async def admitted(self, item: EvalItem, wait: bool = True) -> str:
+        """The budget's final answer for this item (:meth:`admit`): while items in flight hold reserves that keep
+        it out, it waits for one to finish (its actual spend replaces its reserve) and asks again."""
         while (answer := self.admit(item, wait)) == "wait":
             await self.item_finished.wait()
-        return answer == "start"
+        return answer
 
     def admit(self, item: EvalItem, wait: bool = True) -> str:
         """The budget's answer for this item now: ``"start"`` (it counts as in flight from here), ``"wait"`` (items
-        in flight hold reserves that keep it out) or ``"stop"`` (it does not fit and none is in flight, or
-        ``wait`` is off: the run stops starting items; this one stays pending)."""
-        if self.budget is None or self.budget.admits(self.meter):
+        in flight hold reserves that keep it out), ``"skip"`` (held back: its reserve alone passes the budget; the
+        next item may fit) or ``"stop"`` (held back: it does not fit what is left and none is in flight, or ``wait``
+        is off: the run stops starting items). A held-back item stays pending for a resume."""
+        if self.budget is None:
             self.meter.started(item.id)
+            return "start"
+        reserve = self.budget.reserve_for(item, self.meter)
+        if reserve is None or not self.budget.fits_alone(reserve):
+            self.budget.hold(item.id, reserve, self.meter, alone=True)
+            return "skip"
+        if self.budget.admits(self.meter, reserve):
+            self.meter.started(item.id)
+            self.budget.started(item.id)
             return "start"
         if self.stopped or not self.meter.in_flight or not wait:
             self.stopped = "budget"
+            self.budget.hold(item.id, reserve, self.meter, alone=False)
             return "stop"
         return "wait"
-
-    def workers_paid(self, spent: Iterable[Mapping[str, Any]]) -> None:
-        """What the workers of a Ray run have paid so far (each shard attempt's latest figure): the run's spend,
-        which the budget admits items against."""
-        total = Spend()
-        for entry in spent:
-            total.add(Spend.from_json(entry))
-        self.meter.paid_elsewhere(total)
 
     async def judge(self, app: Any, item: EvalItem, fresh: bool) -> dict[str, Any]:
         """One item's record: from its finished checkpoint, by continuing its pending steps, or from the start."""
         config: RunnableConfig = {"configurable": {"thread_id": item.id}}
-        # every paid call counts against the run's spend as it is paid, and against this item's reserve
+        # every paid call is recorded in the ledger as it is paid, before its answer is used, and counts against
+        # the run's spend and this item's reserve
         context = dataclasses.replace(self.context, on_usage=functools.partial(self.meter.paid, item.id))
         if self.traced:  # LangGraph copies a run's metadata into every checkpoint: only when a trace needs it
             config.update(trace_config(item.id, self.protocol, self.out.name))
@@ -537,56 +602,52 @@ class _Run:
             summary.failed += 1
             summary.failures[record["id"]] = record.get("error", "")
         summary.missing_judgments += int(record.get("n_missing", 0))
-        spent = self.meter.finished(record["id"])
+        if record["status"] == "ok":
+            self.done_ids.append(record["id"])
+        self.meter.finished(record["id"])
         if self.budget is not None:
-            self.budget.note(spent)
             self.item_finished.set()
             self.item_finished = asyncio.Event()
-        # an item a previous invocation paused for review: its usage was paid and counted by that invocation
-        usage = {} if record["id"] in self.still_waiting else record.get("usage") or {}
-        self.usage = add_usage(self.usage, {
-            agent: {"role": entry.get("role"), "model": entry.get("model"), **usage_counts(entry)}
-            for agent, entry in usage.items()})
-        summary.requests, summary.input_tokens, summary.output_tokens = _counted(self.usage.values())
         _note_generation(self.generation, record)
         if self.on_result:
             self.on_result(record)
         if self.bar is not None:
+            here = self.meter.here
             self.bar.update(1)
-            self.bar.set_postfix(failed=summary.failed, requests=summary.requests,
-                                 tokens=summary.input_tokens + summary.output_tokens, refresh=False)
+            self.bar.set_postfix(failed=summary.failed, requests=here.requests,
+                                 tokens=here.input_tokens + here.output_tokens, refresh=False)
 
     def finish(self) -> RunSummary:
         """Totals and the manifest's end; raises the stop (:class:`RunAborted`) or the interruption, if any."""
-        summary, out = self.summary, self.out
+        summary, out, manifest = self.summary, self.out, self.manifest
         summary.seconds = time.monotonic() - self.started
         _flush_traces()
-        counters = self.counters()
-        attempts = Counter(counters["attempts"]) + self.workers_attempts
-        summary.attempts = sum(attempts.values())
-        summary.cost_usd = estimate_cost(self.usage, self.prices)
-        summary.cache_hits = counters["cache_hits"] + self.workers_cache_hits
+        try:
+            self.refresh_spend()  # the last rows of other processes (a Ray run's workers)
+            self.meter.close()  # spend.json as the ledger has it
+        except (OSError, sqlite3.Error) as err:  # a full disk: the ledger holds every paid call it could take;
+            # spend.json is rebuilt from it at the resume
+            reason = _os_reason(err, out) if isinstance(err, OSError) else f"spend ledger: {err}"
+            self.aborted.append(RunAborted(reason, exit_code=2))
+        here = self.meter.here
+        summary.requests, summary.input_tokens, summary.output_tokens = \
+            here.requests, here.input_tokens, here.output_tokens
+        summary.attempts, summary.cost_usd = here.attempts, here.cost_usd
+        summary.cache_hits = self.counters()["cache_hits"] + self.workers_cache_hits
         if self.llm_cache is not None:
             self.llm_cache.close()
-        self.manifest.update(
-            ended=datetime.now(UTC).isoformat(), interrupted=summary.interrupted,
-            counts={k: v for k, v in asdict(summary).items() if k not in ("failures", "out_dir", "awaiting")},
-            # the items a person has to decide (`jurygraph review RUN_DIR`); they keep their checkpoints
-            awaiting_review=sorted(summary.awaiting),
-            usage_by_agent=self.usage, usage_by_model=usage_by_model(self.usage), generation=self.generation,
-            attempts_by_model=dict(attempts),
-        )
-        self.meter.save()
-        self.manifest["spend"] = self.meter.total.as_json()  # the whole run's, every invocation's
+        manifest.ended = datetime.now(UTC).isoformat()
+        manifest.interrupted = summary.interrupted
+        manifest.stopped = self.stopped or None
         if self.budget is not None:
-            self.manifest["budget"] = self.budget.as_json()
-        self.manifest["stopped"] = self.stopped or None
-        if self.budget is not None and self.stopped == "budget" and not self.aborted:
-            self.aborted.append(RunAborted(self.budget.describe(self.meter), exit_code=EXIT_BUDGET))
-        if self.aborted:
-            self.manifest["aborted"] = str(self.aborted[0])
+            over = self.budget.overrun(self.meter)
+            if not self.aborted and (self.stopped == "budget" or self.budget.held_back or over):
+                self.aborted.append(RunAborted(self.budget.describe(self.meter, stopped=self.stopped == "budget"),
+                                               exit_code=EXIT_BUDGET))
+        manifest.aborted = str(self.aborted[0]) if self.aborted else None
+        self._totals(summary)
         try:
-            write_manifest(out, self.manifest)
+            write_manifest(out, manifest)
         except OSError as err:
             # a full disk: the results and checkpoints already hold every finished item; say so, do not crash
             self.aborted.append(RunAborted(_os_reason(err, out / MANIFEST), exit_code=2))
@@ -596,6 +657,46 @@ class _Run:
         if summary.interrupted:
             raise KeyboardInterrupt(f"run interrupted; resume with --resume {out}")
         return summary
+
+    def _totals(self, summary: RunSummary) -> None:
+        """The manifest's figures: this invocation's (its entry in ``invocations``) and the run's over every
+        invocation (the top level); paid calls, tokens, USD and attempts from the ledger, items from the results."""
+        manifest, ledger, k = self.manifest, self.ledger, self.ledger.invocation
+        invocation = manifest.invocation
+        invocation.ended, invocation.stopped, invocation.aborted = manifest.ended, manifest.stopped, manifest.aborted
+        invocation.counts = Counts(
+            items=summary.items, done=summary.done, failed=summary.failed, skipped=summary.skipped,
+            missing_verdicts=summary.missing_verdicts, missing_judgments=summary.missing_judgments,
+            requests=summary.requests, attempts=summary.attempts, input_tokens=summary.input_tokens,
+            output_tokens=summary.output_tokens, cache_hits=summary.cache_hits, cost_usd=summary.cost_usd,
+            seconds=summary.seconds, interrupted=summary.interrupted, awaiting_review=summary.awaiting_review)
+        invocation.usage_by_agent = ledger.usage_by_agent(k)
+        invocation.usage_by_model = ledger.usage_by_model(k)
+        invocation.attempts_by_model = ledger.attempts_by_model(k)
+        invocation.spend = self.meter.spent_here().figures()
+        everything = ledger.totals()
+        ended = [i.counts for i in manifest.invocations if i.counts is not None]
+        items = self.total if self.total is not None else max([summary.items, manifest.counts.items or 0])
+        manifest.counts = Counts(
+            items=items, done=self.kept.done + summary.done, failed=summary.failed,
+            missing_verdicts=self.kept.missing_verdicts + summary.missing_verdicts,
+            missing_judgments=self.kept.missing_judgments + summary.missing_judgments,
+            requests=everything.requests, attempts=everything.attempts, input_tokens=everything.input_tokens,
+            output_tokens=everything.output_tokens, cost_usd=everything.cost_usd,
+            cache_hits=sum(c.cache_hits for c in ended), seconds=sum(c.seconds for c in ended),
+            interrupted=summary.interrupted, awaiting_review=summary.awaiting_review,
+            reviewed=manifest.counts.reviewed)
+        manifest.usage_by_agent = ledger.usage_by_agent()
+        manifest.usage_by_model = ledger.usage_by_model()
+        manifest.attempts_by_model = ledger.attempts_by_model()
+        manifest.generation = self.generation
+        # the items a person has to decide (`jurygraph review RUN_DIR`); they keep their checkpoints
+        manifest.awaiting_review = sorted(summary.awaiting)
+        manifest.spend = self.meter.total.figures()  # the whole run's, every invocation's: as spend.json
+        if self.budget is not None:
+            manifest.budget = BudgetInfo.model_validate(self.budget.as_json(self.meter))
+        if manifest.dataset is not None and manifest.dataset.changes:
+            manifest.dataset.note_judged(self.kept_ids, self.done_ids)
 
 
 @dataclass
@@ -614,6 +715,9 @@ class ShardJob:
     keep_checkpoints: KeepCheckpoints
     protocol: str
     prices: Mapping[str, Any] | None = None  # what the shard's paid calls cost (the run's spend, its budget)
+    ledger: str = ""  # where the shard records what it pays: the run directory's file, or a postgresql:// URL
+    run_id: str = ""
+    invocation: int = 0
 
     async def judge(self, items: Sequence[EvalItem],
                     deliver: Callable[[dict[str, Any], dict[str, Any]], None]) -> dict[str, Any]:
@@ -622,7 +726,7 @@ class ShardJob:
         run = _Run(self.out, items, context=self.context, concurrency=self.concurrency, checkpoint=self.checkpoint,
                    cache=self.cache, resume=False, keep_checkpoints=self.keep_checkpoints, progress=False,
                    manifest={"protocol": self.protocol}, prices=self.prices, on_result=None, on_token=None)
-        run.start_shard(deliver)
+        run.start_shard(deliver, self.ledger, self.run_id, self.invocation)
         try:
             async with open_checkpointer(self.checkpoint) as saver:
                 graph = self.graph  # a compiled graph came without a checkpointer: it gets the shared one
@@ -633,6 +737,7 @@ class ShardJob:
             _flush_traces()  # this worker process may be gone before LangSmith's queue would have been sent
             if run.llm_cache is not None:
                 run.llm_cache.close()
+            run.meter.ledger.close()
         if run.aborted:
             raise run.aborted[0]
         if run.summary.interrupted:
@@ -734,12 +839,6 @@ async def _streamed(app: Any, graph_input: Any, config: RunnableConfig, context:
 def _note_generation(generation: dict[str, dict[str, Any]], record: dict[str, Any]) -> None:
     generation.update({agent: entry["params"] for agent, entry in (record.get("usage") or {}).items()
                        if "params" in entry})
-
-
-def _counted(entries: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
-    """Requests, input tokens and output tokens over usage entries."""
-    rows = list(entries)
-    return tuple(sum(int(entry.get(key, 0)) for entry in rows) for key in COUNTS)
 
 
 def _progress_bar(total: int | None, enabled: bool) -> Any:

@@ -3,7 +3,8 @@ enough for the real ``openai`` client's ``files.create``/``files.content`` and `
 ``list``/``cancel``.
 
 A batch moves one status per poll (``GET /v1/batches/{id}``): ``validating -> in_progress -> finalizing ->
-completed`` (``polls_per_status`` polls each). On completing, each line's body is answered by the server's own
+completed`` (``polls_per_status`` polls each; ``hold(index)`` keeps a batch ``validating``). On completing,
+each line's body is answered by the server's own
 chat-completions answer (the same responder, usage and model as an online request), written to an output file
 (``{"id", "custom_id", "response": {"status_code": 200, "request_id", "body"}, "error": null}``); a line
 ``failing(custom_id, body)`` names gets a 500 in the error file instead. ``outcome(index)`` decides a batch's end
@@ -34,6 +35,8 @@ class FakeBatchAPI:
         self.outcome: Callable[[int], str] = lambda index: "completed"
         self.expire_after = 0  # lines answered before an "expired" batch stops
         self.failing: Callable[[str, dict[str, Any]], bool] = lambda custom_id, body: False
+        # a batch (by its index of creation) held ``validating`` for as long as this says so
+        self.hold: Callable[[int], bool] = lambda index: False
         self.files: dict[str, dict[str, Any]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.created: list[list[dict[str, Any]]] = []  # each batch's input lines, in order of creation
@@ -122,7 +125,7 @@ class FakeBatchAPI:
             if batch is None:
                 return _error(404, "No such batch")
             self.polls += 1
-            if batch["status"] in STATUSES[:-1]:
+            if batch["status"] in STATUSES[:-1] and not self.hold(batch["_index"]):
                 self._polls[batch_id] += 1
                 if self._polls[batch_id] >= self.polls_per_status:
                     self._polls[batch_id] = 0

@@ -76,10 +76,15 @@ class FakeGeminiServer(FakeServer):
                 "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": completion,
                                   "totalTokenCount": prompt + completion}}
 
+    def _usage_of(self, completion: dict[str, Any]) -> dict[str, int]:
+        usage = completion.get("usageMetadata") or {}
+        return {"input_tokens": int(usage.get("promptTokenCount", 0)),
+                "output_tokens": int(usage.get("candidatesTokenCount", 0))}
+
     def _stream(self, path: str, request: dict[str, Any], model: str) -> list[dict[str, Any]] | None:
         if ":streamGenerateContent" not in path:
             return None
-        whole = self._completion(request, model)
+        whole = self.bill(self._completion(request, model))
         text = whole["candidates"][0]["content"]["parts"][0]["text"]
         half = len(text) // 2
         first = {"candidates": [{"content": {"role": "model", "parts": [{"text": text[:half]}]}, "index": 0}],

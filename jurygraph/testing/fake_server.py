@@ -127,9 +127,13 @@ class FakeServer(LocalServer):
         self.faults = faults or Faults()
         self.requests: list[dict[str, Any]] = []  # every request body, as sent
         self.paths: list[str] = []  # and its URL path
+        self.urls: list[str] = []  # the path of every HTTP request, model requests, uploads and polls alike
         self.headers: list[dict[str, str]] = []  # and its headers (lower-case names)
         self.times: list[float] = []  # and when it arrived (time.monotonic()), to count requests per second
         self.outcomes: list[str] = []
+        # what a provider bills: the usage of every completion answered with a 200 (online, or a batch line), as
+        # {"input_tokens", "output_tokens"}; the run's spend ledger must add up to this
+        self.billed: list[dict[str, int]] = []
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests the server was handling at once
         self._lock = threading.Lock()
@@ -169,6 +173,16 @@ class FakeServer(LocalServer):
     def _error(self, status: int, message: str) -> dict[str, Any]:
         return {"error": {"message": message}}
 
+    def _usage_of(self, completion: dict[str, Any]) -> dict[str, int]:
+        """A completion's billed tokens, as {"input_tokens", "output_tokens"}."""
+        raise NotImplementedError
+
+    def bill(self, completion: dict[str, Any]) -> dict[str, Any]:
+        """Note a completion as billed (see ``billed``) and return it."""
+        with self._lock:
+            self.billed.append(self._usage_of(completion))
+        return completion
+
     def _no_answer(self, request: dict[str, Any], model: str) -> dict[str, Any]:
         """A 200 with nothing to read (``no-choices``)."""
         raise NotImplementedError
@@ -199,18 +213,25 @@ class FakeServer(LocalServer):
 
             def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, *,
                       content_type: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    for key, value in (headers or {}).items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # the client went away first (a run stopped, its calls in flight cancelled; a timeout): as a
+                    # real server, write nothing more and print nothing
+                    self.close_connection = True
 
             def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(body).encode(), headers)
 
             def do_GET(self) -> None:
+                with server._lock:
+                    server.urls.append(self.path)
                 answer = server._get(self.path)
                 if answer is None:
                     self._json(404, server._error(404, f"no endpoint {self.path}"))
@@ -219,6 +240,8 @@ class FakeServer(LocalServer):
                     self._send(status, body, content_type=content_type)
 
             def do_POST(self) -> None:
+                with server._lock:
+                    server.urls.append(self.path)
                 length = int(self.headers.get("Content-Length", 0))
                 raw = self.rfile.read(length)
                 if len(raw) < length:  # the client went away mid-send (a kill): no request reached the server
@@ -275,7 +298,7 @@ class FakeServer(LocalServer):
                 elif (chunks := server._stream(self.path, request, model)) is not None:
                     self._events(chunks)
                 else:
-                    self._json(200, server._completion(request, model))
+                    self._json(200, server.bill(server._completion(request, model)))
 
             def _events(self, chunks: list[dict[str, Any]]) -> None:
                 """A streamed answer as server-sent events, one ``data:`` line per chunk."""
@@ -297,7 +320,7 @@ class FakeOpenAIServer(FakeServer):
         from jurygraph.testing.fake_batches import FakeBatchAPI
 
         super().__init__(responder, **kwargs)
-        self.batches = FakeBatchAPI(lambda body: self._completion(body, ""))
+        self.batches = FakeBatchAPI(lambda body: self.bill(self._completion(body, "")))
 
     def _post_other(self, path: str, content_type: str, raw: bytes) -> tuple[int, bytes, str] | None:
         return self.batches.post(path, content_type, raw)  # None for a path that is not a file's or a batch's
@@ -310,7 +333,7 @@ class FakeOpenAIServer(FakeServer):
         return f"{self.root_url}/v1"
 
     def _model_of(self, path: str) -> str | None:
-        return "" if path.rstrip("/").endswith("/chat/completions") else None
+        return "" if path.partition("?")[0].rstrip("/").endswith("/chat/completions") else None
 
     def _completion(self, request: dict[str, Any], model: str) -> dict[str, Any]:
         n = int(request.get("n") or 1)
@@ -333,6 +356,10 @@ class FakeOpenAIServer(FakeServer):
 
     def _error(self, status: int, message: str) -> dict[str, Any]:
         return {"error": {"message": message, **({"type": "rate_limit"} if status == 429 else {})}}
+
+    def _usage_of(self, completion: dict[str, Any]) -> dict[str, int]:
+        usage = completion["usage"]
+        return {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]}
 
     def _no_answer(self, request: dict[str, Any], model: str) -> dict[str, Any]:
         return {**self._completion(request, model), "choices": []}
