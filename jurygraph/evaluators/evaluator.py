@@ -21,11 +21,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from langgraph.graph import StateGraph
-
 from jurygraph.evaluators.items import harness_item, response_text
-from jurygraph.evaluators.protocol import PanelProtocol, resolve_protocol
-from jurygraph.evaluators.records import EvaluatorRun
+from jurygraph.evaluators.protocol import PanelProtocol, ProtocolLike, resolve_protocol
+from jurygraph.evaluators.records import EvaluatorRun, evaluator_manifest
 from jurygraph.evaluators.results import panel_results
 from jurygraph.evaluators.session import PanelSession
 from jurygraph.judging.aspects import get_aspect
@@ -100,7 +98,7 @@ class PanelEvaluator:
         records = self._session.judge_all([self.item(i, o, r) for i, o, r in zip(inputs, outputs, reference_outputs,
                                                                                  strict=True)])
         return {"results": summary_results(records, key=self.feedback_key, protocol=self.protocol.name,
-                                           resamples=self.resamples)}
+                                           panel=self.protocol.spec.panel, resamples=self.resamples)}
 
     # --- the steps ---------------------------------------------------------------------------------------
 
@@ -113,7 +111,8 @@ class PanelEvaluator:
         """An item's record (its results line) as the panel's result and one per member."""
         run_dir = str(self.run_dir) if self.run_dir is not None else None
         results = panel_results(record, key=self.feedback_key, task=self.task, scale=self.scale,
-                                normalize=self.normalize, protocol=self.protocol.name, run_dir=run_dir)
+                                normalize=self.normalize, protocol=self.protocol.name, panel=self.protocol.spec.panel,
+                                run_dir=run_dir)
         _note_in_trace(results[0]["metadata"])
         return results
 
@@ -134,7 +133,7 @@ class PanelEvaluator:
 
 
 def create_panel_evaluator(
-    protocol: str | Callable[..., StateGraph] | StateGraph,
+    protocol: ProtocolLike,
     *,
     task: Literal["score", "pairwise"] | TaskKind = "score",
     aspect: str | None = None,
@@ -148,24 +147,29 @@ def create_panel_evaluator(
     context: JuryContext | None = None,
     limits: Mapping[str, ProviderLimit] | None = None,
     keep_checkpoints: KeepCheckpoints = "final",
+    prices: Mapping[str, Any] | None = None,
     resamples: int = 1000,
     **protocol_options: Any,
 ) -> PanelEvaluator:
     """Any protocol as an evaluator for LangSmith, pytest, MLflow and inspect_ai.
 
-    ``protocol``: a built-in name (``"chateval"``, ``"debate"``, ``"refer"``...), ``"module:factory"``, a factory or
-    an uncompiled graph; ``protocol_options``: the factory's options (``turns=3``, ``critic="plain"``...; on a
-    pairwise task ``calibrate`` too: ChatEval and its baselines judge both answer orders by default, as
-    ``jurygraph eval`` does). ``task``: ``"score"`` (one response on ``scale``, with ``aspect``) or ``"pairwise"``
-    (two responses). ``models``/``default``: the agents' models (specs such as ``"openai:gpt-4o-mini"``, or chat
-    models), as in :class:`~jurygraph.llm.models.JuryContext`; ``context`` a whole context instead (``gen``,
-    ``structured_output``...), ``limits`` the provider gates every call shares (``{"openai":
-    ProviderLimit(requests_per_second=5, max_in_flight=8)}``). ``feedback_key``: the results' key (default: the
-    protocol's name); ``normalize``: a score item's score in 0-1 (default) or on the scale. ``dataset``: a built-in
-    benchmark whose templates and aspects the items use (``"summeval"``, ``"topical-chat"``). ``run_dir``: every
-    evaluation is an item of this run directory (checkpoints, call cache, spend; ``jurygraph show``/``report``/
-    ``metaeval`` read it), and a repeated evaluation is answered from it. ``resamples``: the bootstrap resamples of
-    the summary evaluator's confidence intervals.
+    ``protocol``: as ``jurygraph eval --protocol`` takes it: a built-in name (``"chateval"``, ``"debate"``,
+    ``"refer"``...), an installed package's (entry point ``jurygraph.protocols``), ``"module:factory"``; or a
+    :class:`~jurygraph.graphs.spec.ProtocolSpec` or a factory. ``protocol_options``: its spec's options by the names
+    ``--param`` takes (``agents=3``, ``turns=3``, ``critic="plain"``, ReFeR's ``peers="openai:a,openai:b"``...),
+    typed and checked as the spec says; on a pairwise task the calibration options too: ChatEval, the single agent
+    and the ensemble judge both answer orders by default (decided as ``jurygraph eval`` decides it),
+    ``no_calibrate=True`` keeps one, ``calibrate="mec"`` asks for another. ``task``: ``"score"`` (one response on
+    ``scale``, with ``aspect``) or ``"pairwise"`` (two responses). ``models``/``default``: the agents' models (specs
+    such as ``"openai:gpt-4o-mini"``, or chat models), as in :class:`~jurygraph.llm.models.JuryContext`, over those
+    the protocol's options name; ``context`` a whole context instead (``gen``, ``structured_output``...), ``limits``
+    the provider gates every call shares (``{"openai": ProviderLimit(requests_per_second=5, max_in_flight=8)}``).
+    ``feedback_key``: the results' key (default: the protocol's name); ``normalize``: a score item's score in 0-1
+    (default) or on the scale. ``dataset``: a built-in benchmark whose templates and aspects the items use
+    (``"summeval"``, ``"topical-chat"``). ``run_dir``: every evaluation is an item of this run directory (checkpoints,
+    call cache, the spend ledger; ``jurygraph show``/``report``/``metaeval`` read it), and a repeated evaluation is
+    answered from it; ``prices``: what the models cost there, as ``--prices`` gives them. ``resamples``: the
+    bootstrap resamples of the summary evaluator's confidence intervals.
     """
     kind = TaskKind(task)
     if kind not in (TaskKind.SCORE, TaskKind.PAIRWISE):
@@ -173,18 +177,15 @@ def create_panel_evaluator(
                          "('pairwise')")
     scale_ = _scale(kind, scale, dataset, aspect)
     resolved = resolve_protocol(protocol, kind, protocol_options)
-    jury = _context(context, models, default, limits)
+    jury = _context(context, {**resolved.models, **(models or {})} if resolved.models else models, default, limits)
     key = feedback_key or resolved.name.rpartition(":")[2]
     run = None
     if run_dir is not None:
-        manifest = {"protocol": resolved.name, "parameters": resolved.params, "models": _model_labels(jury),
-                    "dataset": {"name": dataset or "evaluations", "source": "jurygraph.evaluators"},
-                    "keep_checkpoints": keep_checkpoints,
-                    "evaluator": {"task": kind.value, "aspect": aspect, "dataset": dataset,
-                                  "scale": [scale_.low, scale_.high] if scale_ else None, "feedback_key": key,
-                                  "normalize": normalize}}
-        run = EvaluatorRun(run_dir, manifest)
-    session = PanelSession(resolved, jury, run, keep_checkpoints)
+        manifest = evaluator_manifest(resolved.name, resolved.params, _model_labels(jury), task=kind.value,
+                                      aspect=aspect, dataset=dataset,
+                                      scale=[scale_.low, scale_.high] if scale_ else None)
+        run = EvaluatorRun(Path(run_dir), manifest, keep_checkpoints, prices)
+    session = PanelSession(resolved, jury, run)
     return PanelEvaluator(resolved, session, task=kind, aspect=aspect, scale=scale_, dataset=dataset,
                           feedback_key=key, normalize=normalize, resamples=resamples)
 

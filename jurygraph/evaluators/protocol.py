@@ -1,106 +1,111 @@
-"""The protocol an evaluator runs: a built-in name, ``"module:factory"``, a factory, or a graph, with its options.
+"""The protocol an evaluator runs, found as ``jurygraph eval --protocol`` finds it, with its options.
 
-This is the evaluators' one door to the protocols. It resolves a name and its options to the uncompiled graph and
-the parameters a run directory records; the task's own defaults (ChatEval and its baselines judge pairwise items
-in both answer orders, as ChatEval's position calibration) are applied here, as ``jurygraph eval`` applies them.
+This is the evaluators' one door to the protocols, through the registry (:mod:`jurygraph.graphs.registry`):
+``protocol`` is a built-in name (``"chateval"``), an installed package's (an entry point of ``jurygraph.protocols``),
+``"package.module:factory"`` (or ``"path/to/file.py:factory"``), a :class:`~jurygraph.graphs.spec.ProtocolSpec`, or
+a factory (its spec derived from its typed signature). The options are the spec's, by the names ``--param`` takes
+(``agents=3``, ``turns=3``, ``peers="openai:a,openai:b"``), typed and checked by the spec (a text is read as
+``--param`` reads it); on a pairwise task the calibration options too (``calibrate``, ``mec_k``, ``no_calibrate``...).
+The default calibration of pairwise items (ChatEval's position calibration) is decided where ``jurygraph eval``
+decides it (:func:`jurygraph.graphs.calibration.position_defaults`), on the evaluator's task.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from langgraph.graph import StateGraph
 
-from jurygraph.graphs import (
-    calibrate,
-    create_analyze_rate,
-    create_chateval,
-    create_debate,
-    create_ensemble,
-    create_geval,
-    create_refer,
-    create_single_agent,
-)
+from jurygraph.graphs.calibration import accepted_options, calibrated, position_defaults
+from jurygraph.graphs.registry import UnknownProtocol, find, resolve_name, spec_of
+from jurygraph.graphs.spec import Option, ProtocolSpec
 from jurygraph.judging.items import TaskKind
 
-# the built-in protocols by their command-line names
-BUILTIN: dict[str, Callable[..., StateGraph]] = {
-    "chateval": create_chateval, "debate": create_debate, "refer": create_refer, "single": create_single_agent,
-    "ensemble": create_ensemble, "geval": create_geval, "analyze-rate": create_analyze_rate,
-}
-# the papers' pairwise default: both answer orders (ChatEval §3.2, FairEval's BPC), as `jurygraph eval` does
-BOTH_ORDERS = ("chateval", "single", "ensemble")
-CALIBRATION_OPTIONS = ("calibrate", "mec_k", "mec_temperature")
+ProtocolLike: TypeAlias = str | ProtocolSpec | Callable[..., StateGraph]
 
 
 @dataclass(frozen=True)
 class PanelProtocol:
-    """A protocol ready to judge: its name, its uncompiled graph and the parameters a run records."""
+    """A protocol ready to judge: its name (what a run directory records, and ``show``/``metaeval`` find it by),
+    its spec, its uncompiled graph (calibrated as asked), the parameters a run records, and the model specs its
+    options name per agent (ReFeR's ``peers``, ``area_chair``)."""
 
     name: str
+    spec: ProtocolSpec
     graph: StateGraph
     params: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
 
 
-def resolve_protocol(protocol: str | Callable[..., StateGraph] | StateGraph, task: TaskKind,
-                     options: Mapping[str, Any]) -> PanelProtocol:
-    """``protocol`` with ``options`` (the factory's keyword arguments, plus ``calibrate``/``mec_k``/
-    ``mec_temperature`` for a pairwise task) as a graph; ValueError naming what cannot be resolved."""
-    own = {k: v for k, v in options.items() if k not in CALIBRATION_OPTIONS}
-    name, factory = _factory(protocol)
-    if isinstance(protocol, StateGraph):
-        if own:
-            raise ValueError(f"protocol options {', '.join(sorted(own))} need a factory; a graph is taken as it is")
-        graph = protocol
-    else:
-        try:
-            graph = factory(**own)
-        except TypeError as err:
-            raise ValueError(f"protocol {name}: {err}") from None
-        if not isinstance(graph, StateGraph):
-            raise ValueError(f"protocol {name}: the factory returned {type(graph).__name__}, not a StateGraph")
-    mode = options.get("calibrate", "bpc" if name in BOTH_ORDERS else None)
-    params: dict[str, Any] = {"protocol": name, **{k: _plain(v) for k, v in own.items()}}
+def resolve_protocol(protocol: ProtocolLike, task: TaskKind, options: Mapping[str, Any]) -> PanelProtocol:
+    """``protocol`` with ``options`` as a graph for ``task`` items; ValueError naming what cannot be resolved."""
+    spec = _spec(protocol)
+    name = spec.name
+    if task.value not in spec.tasks:
+        raise ValueError(f"protocol {name} judges {', '.join(spec.tasks)} items, not {task.value} items")
+    accepted = accepted_options(spec)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"protocol {name}: {unknown[0]} is not one of its options "
+                         f"({', '.join(accepted) or 'it has none'})")
+    values = {key: _value(name, option, options[key]) if key in options else option.default
+              for key, option in accepted.items()}
+    values.update(position_defaults(spec, values, task.value))
+    try:
+        built = spec.create(values)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"protocol {name}: {err}") from None
+    if not isinstance(built.graph, StateGraph):
+        raise ValueError(f"protocol {name}: its factory returned {type(built.graph).__name__}, not a StateGraph")
+    built.params = {"protocol": name, **built.params}
+    mode = values.get("calibrate")
     if mode:
         if task is not TaskKind.PAIRWISE:
-            if "calibrate" in options:
-                raise ValueError(f"calibrate={mode!r} wraps pairwise protocols; this evaluator scores ({task.value})")
-        else:
-            k, temperature = int(options.get("mec_k", 3)), float(options.get("mec_temperature", 1.0))
-            graph = calibrate(graph, str(mode), k=k, temperature=temperature)
-            params["calibrate"] = mode
-            if "mec" in str(mode):
-                params.update(mec_k=k, mec_temperature=temperature)
-    return PanelProtocol(name, graph, params)
+            raise ValueError(f"calibrate={mode!r} wraps pairwise protocols; this evaluator scores ({task.value})")
+        built = calibrated(built, spec, str(mode), values)
+    return PanelProtocol(name, spec, built.graph, built.params, dict(built.models))
 
 
-def _factory(protocol: Any) -> tuple[str, Callable[..., StateGraph]]:
-    if isinstance(protocol, StateGraph):
-        return "graph", lambda: protocol
-    if callable(protocol):
-        return f"{protocol.__module__}:{protocol.__qualname__}", protocol
-    if not isinstance(protocol, str):
-        raise ValueError(f"protocol: give a protocol's name ({', '.join(BUILTIN)}), 'module:factory', a factory or "
-                         f"a StateGraph; got {type(protocol).__name__}")
-    if protocol in BUILTIN:
-        return protocol, BUILTIN[protocol]
-    module, sep, attribute = protocol.partition(":")
-    if not sep:
-        raise ValueError(f"unknown protocol {protocol!r}: one of {', '.join(BUILTIN)}, or 'module:factory'")
+def _spec(protocol: Any) -> ProtocolSpec:
+    if isinstance(protocol, ProtocolSpec):
+        return protocol
+    if isinstance(protocol, str):
+        try:
+            return find(resolve_name(protocol))
+        except UnknownProtocol as err:
+            raise ValueError(str(err).removeprefix("--protocol ")) from None
+    if callable(protocol) and not isinstance(protocol, StateGraph):
+        return spec_of(protocol, f"{protocol.__module__}:{protocol.__qualname__}")
+    raise ValueError("protocol: give a protocol's name (a built-in's, an installed one's, or 'module:factory'), a "
+                     f"ProtocolSpec or a factory; got {type(protocol).__name__}"
+                     + (" (give the function that builds it: a factory)" if isinstance(protocol, StateGraph) else ""))
+
+
+def _value(protocol: str, option: Option, value: Any) -> Any:
+    """An option's value as given from Python: typed as its spec says (a text read as ``--param`` reads it) and in
+    its range."""
     try:
-        found = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"protocol {protocol!r}: {err}") from None
-    return protocol, found
+        if isinstance(value, str) and option.type is not str:
+            value = option.parse(value)
+        elif value is None and option.default is not None:
+            raise ValueError(f"{option.name}=None: give {_a(option.type)} (default {option.default!r})")
+        elif value is not None and not _typed(value, option.type):
+            raise ValueError(f"{option.name}={value!r}: not {_a(option.type)}")
+        option.check(value, option.name)
+    except ValueError as err:
+        raise ValueError(f"protocol {protocol}: {err}") from None
+    return value
 
 
-def _plain(value: Any) -> Any:
-    """An option as a run directory's manifest records it (JSON; anything else by its text)."""
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError):
-        return str(value)
+def _typed(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def _a(kind: type) -> str:
+    return {int: "a whole number", float: "a number", bool: "True or False", str: "a text"}.get(kind, kind.__name__)

@@ -5,9 +5,9 @@
   ``value`` "1", "2" or "tie"), ``comment`` (who said what, then the verdict) and ``metadata`` (the verdict, the
   doubt signals, the item's id in the run directory).
 - One result per member (``key="<key>/<member>"``): its own judgment, the same way, so a harness's dashboard shows
-  each judge beside the panel. The members are those :mod:`jurygraph.measuring.members` reads (ChatEval's
-  referees, ReFeR's peers and area chair, DEBATE's Scorer before and after critique...), each in the original
-  answer order.
+  each judge beside the panel. The members are those ``jurygraph metaeval`` reads (:mod:`jurygraph.measuring.members`
+  with the protocol's spec's reading: ChatEval's referees, ReFeR's peers and area chair, DEBATE's Scorer before and
+  after critique...), each in the original answer order.
 - A verdict or judgment that could not be read is reported as missing: ``score`` None (the harness's "no score"),
   the reason in the comment. Never a 0.
 """
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jurygraph.judging.items import Scale, TaskKind, format_score
+from jurygraph.judging.panel import PanelMembers
 
 PAIRWISE_SCORES = {"1": 1.0, "2": 0.0, "tie": 0.5}
 PAIRWISE_WORDS = {"1": "response 1", "2": "response 2", "tie": "tie"}
@@ -82,13 +83,14 @@ def comment(record: Mapping[str, Any], members: Mapping[str, Mapping[str, Any]],
 
 
 def panel_results(record: Mapping[str, Any], *, key: str, task: TaskKind, scale: Scale | None, normalize: bool,
-                  protocol: str, run_dir: str | None = None) -> list[dict[str, Any]]:
-    """The panel's result, then one per member (see the module's doc)."""
+                  protocol: str, panel: PanelMembers | None = None, run_dir: str | None = None) -> list[dict[str, Any]]:
+    """The panel's result, then one per member (see the module's doc); ``panel``: who the members are (the
+    protocol's spec's reading)."""
     # imported here: the measuring layer loads numpy and scipy (~1 s), which an evaluator's import need not wait for
     from jurygraph.measuring.members import member_judgments
 
     verdict = record.get("verdict") or {}
-    members = member_judgments(record)
+    members = member_judgments(record, panel)
     score, value = scored(verdict, task, scale, normalize)
     metadata: dict[str, Any] = {"protocol": protocol, "item_id": record.get("id"), "doubt": record.get("doubt") or {},
                                 "missing": score is None}
@@ -99,11 +101,11 @@ def panel_results(record: Mapping[str, Any], *, key: str, task: TaskKind, scale:
         metadata.update(verdict=verdict.get("label"), score_1=verdict.get("score_1"), score_2=verdict.get("score_2"))
     if run_dir is not None:
         metadata["run_dir"] = run_dir
-    panel: dict[str, Any] = {"key": key, "score": score, "comment": comment(record, members, task, scale, protocol),
-                             "metadata": metadata}
+    verdict_result: dict[str, Any] = {"key": key, "score": score, "metadata": metadata,
+                                      "comment": comment(record, members, task, scale, protocol)}
     if task is TaskKind.PAIRWISE:
-        panel["value"] = value
-    results = [panel]
+        verdict_result["value"] = value
+    results = [verdict_result]
     for name, judgment in members.items():
         member_score, member_value = scored(judgment, task, scale, normalize)
         evidence = judgment.get("evidence")

@@ -2,9 +2,10 @@
 
 A harness calls an evaluator from many threads (LangSmith's ``evaluate()``, MLflow) or from its own event loop
 (``aevaluate()``, inspect_ai). Every call hands its item to the evaluator's loop and waits for the record, so all
-calls share one compiled graph, one checkpointer, one call cache, one results file and the provider gates of one
-:class:`~jurygraph.llm.models.JuryContext` (rate and in-flight limits bind to the loop that uses them). The loop
-starts at the first call and stops at :meth:`PanelSession.close` (a later call starts it again).
+calls share one compiled graph and the provider gates of one :class:`~jurygraph.llm.models.JuryContext` (rate and
+in-flight limits bind to the loop that uses them), and with a run directory the runner's open run
+(:func:`jurygraph.running.runner.open_run`: one checkpointer, call cache, ledger and results file). The loop starts
+at the first call and stops at :meth:`PanelSession.close` (a later call starts it again).
 
 An item is judged once: a call for an item already judged (in this session, or recorded in the run directory by an
 earlier one) is answered from its record; a call for an item being judged waits for that judgment. The caller's
@@ -18,7 +19,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import threading
 from collections.abc import Coroutine
@@ -27,14 +27,12 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from jurygraph.evaluators.protocol import PanelProtocol
-from jurygraph.evaluators.records import CACHE, CHECKPOINTS, EvaluatorRun
+from jurygraph.evaluators.records import EvaluatorRun
 from jurygraph.judging.items import EvalItem
-from jurygraph.llm.cache_postgres import open_cache
 from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey
 from jurygraph.llm.redact import redact_text
-from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only
-from jurygraph.running.runner import item_record, open_checkpointer, trace_config
+from jurygraph.running.runner import OpenRun, RunAborted, item_record, trace_config
 
 
 class PanelFailed(RuntimeError):
@@ -44,15 +42,16 @@ class PanelFailed(RuntimeError):
 class PanelSession:
     """The loop, graph and run directory of one evaluator (see the module's doc)."""
 
-    def __init__(self, protocol: PanelProtocol, context: JuryContext, run: EvaluatorRun | None = None,
-                 keep_checkpoints: KeepCheckpoints = "final") -> None:
-        self.protocol, self.context, self.run, self.keep_checkpoints = protocol, context, run, keep_checkpoints
+    def __init__(self, protocol: PanelProtocol, context: JuryContext, run: EvaluatorRun | None = None) -> None:
+        self.protocol, self.context, self.run = protocol, context, run
         self.done: dict[str, dict[str, Any]] = {}
         self._inflight: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
         self._stack: contextlib.AsyncExitStack | None = None
+        self._open: OpenRun | None = None
+        self._app: Any = None  # the compiled graph, without a run directory
 
     # --- what a harness's call does -----------------------------------------------------------------------
 
@@ -100,7 +99,7 @@ class PanelSession:
             thread = threading.Thread(target=loop.run_forever, name="jurygraph-panel", daemon=True)
             thread.start()
             try:
-                asyncio.run_coroutine_threadsafe(self._open(), loop).result()
+                asyncio.run_coroutine_threadsafe(self._opened(), loop).result()
             except BaseException:
                 loop.call_soon_threadsafe(loop.stop)
                 thread.join()
@@ -109,27 +108,23 @@ class PanelSession:
             self._loop, self._thread = loop, thread
             return loop
 
-    async def _open(self) -> None:
+    async def _opened(self) -> None:
+        """The graph compiled: with the run directory's open run (its lock, checkpointer, call cache, ledger), or
+        alone (nothing kept)."""
         stack = contextlib.AsyncExitStack()
         try:
-            context, saver = self.context, None
             if self.run is not None:
-                self.done.update(self.run.open())
-                stack.callback(self.run.close)
-                saver = await stack.enter_async_context(open_checkpointer(self.run.out / CHECKPOINTS))
-                cache = open_cache(self.run.out / CACHE)
-                stack.callback(cache.close)
-                context = dataclasses.replace(context, cache=cache)
-            self._context = context
-            self._mode = durability(self.keep_checkpoints, cache=context.cache is not None)
-            self._app = self.protocol.graph.compile(checkpointer=saver)
+                self._open = await stack.enter_async_context(self.run.open(self.protocol.graph, self.context))
+            else:
+                self._app = self.protocol.graph.compile()
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
 
     def close(self) -> None:
-        """Wait for the items being judged, write the run directory's end, release it and stop the loop."""
+        """Wait for the items being judged, finish the run directory (its manifest's totals), release it and stop
+        the loop; raises what finishing the run raised (a full disk)."""
         with self._start:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None or thread is None:
@@ -137,9 +132,11 @@ class PanelSession:
         if threading.current_thread() is thread:  # a finalizer run on the loop itself: end it there
             loop.create_task(self._aclose(loop))
             return
-        asyncio.run_coroutine_threadsafe(self._aclose(loop), loop).result()
-        thread.join()
-        loop.close()
+        try:
+            asyncio.run_coroutine_threadsafe(self._aclose(loop), loop).result()
+        finally:
+            thread.join()
+            loop.close()
 
     async def _aclose(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
@@ -148,15 +145,13 @@ class PanelSession:
                 await self._stack.aclose()
             self.done.clear()
         finally:
-            self._stack = None
+            self._stack, self._open = None, None
             loop.call_soon(loop.stop)
 
     # --- one item -----------------------------------------------------------------------------------------
 
     async def _judge(self, item: EvalItem) -> dict[str, Any]:
         if item.id in self.done:
-            if self.run is not None:
-                self.run.count(self.done[item.id], fresh=False)
             return self.done[item.id]
         task = self._inflight.get(item.id)
         if task is None:
@@ -167,51 +162,31 @@ class PanelSession:
         return await asyncio.shield(task)
 
     async def _judge_new(self, item: EvalItem) -> dict[str, Any]:
-        app, meter = self._app, self.run.meter if self.run is not None else None
-        config: RunnableConfig = {"configurable": {"thread_id": item.id}}
-        if _tracing():
-            config.update(trace_config(item.id, self.protocol.name, self.run.out.name if self.run else "evaluator"))
-        context = self._context
-        if meter is not None:
-            meter.started(item.id)
-            context = dataclasses.replace(context, on_usage=functools.partial(meter.paid, item.id))
-        failure: Exception | None = None
-        try:
-            values = await self._values(app, item, config, context)
-            record = item_record(item, values, "ok")
-        except (ProviderUnavailable, MissingAPIKey):
-            raise  # every item would fail the same way: the harness hears it, nothing is recorded
-        except Exception as err:
-            failure = err
-            state = await app.aget_state(config) if app.checkpointer is not None else None
-            record = item_record(item, state.values if state else {}, "failed",
-                                 redact_text(f"{type(err).__name__}: {err}"))
-        finally:
-            if meter is not None:
-                meter.finished(item.id)
-        if self.run is not None:
-            self.run.write(record)
-        if failure is not None:
-            raise PanelFailed(f"item {item.id}: {record.get('error')}") from failure
+        if self._open is not None:
+            try:
+                record = await self._open.judge(item, traced=_tracing())
+            except RunAborted as stop:  # every item would fail so (no key, no server, a full disk): said as it is
+                raise stop.__cause__ or stop  # noqa: B904 (the error itself, as without a run directory)
+        else:
+            record = await self._alone(item)
+        if record.get("status") == "failed":
+            raise PanelFailed(f"item {item.id}: {record.get('error')}")
         self.done[item.id] = record
         return record
 
-    async def _values(self, app: Any, item: EvalItem, config: RunnableConfig,
-                      context: JuryContext) -> dict[str, Any]:
-        """The item's final state: from its finished checkpoint, by continuing its pending steps, or from the start
-        (an evaluator killed half-way left its checkpoint; the call cache answers what was already paid)."""
-        graph_input: Any = {"item": item.model_dump(mode="json", exclude_none=True)}
-        if app.checkpointer is None:  # no run directory: nothing to resume or keep
-            return dict(await app.ainvoke(graph_input, config, context=context))
-        snapshot = await app.aget_state(config)
-        if snapshot.values and not snapshot.tasks and snapshot.values.get("verdict") is not None:
-            return dict(snapshot.values)
-        if snapshot.values and snapshot.tasks:
-            graph_input = None
-        values = await app.ainvoke(graph_input, config, context=context, durability=self._mode)
-        if self.keep_checkpoints == "final" and self._mode != "exit":
-            await keep_final_only(app.checkpointer, item.id)
-        return dict(values)
+    async def _alone(self, item: EvalItem) -> dict[str, Any]:
+        """The item judged without a run directory: nothing resumed, kept or counted."""
+        config: RunnableConfig = {"configurable": {"thread_id": item.id}}
+        if _tracing():
+            config.update(trace_config(item.id, self.protocol.name, "evaluator"))
+        try:
+            values = await self._app.ainvoke({"item": item.model_dump(mode="json", exclude_none=True)}, config,
+                                             context=self.context)
+        except (ProviderUnavailable, MissingAPIKey):
+            raise  # every item would fail the same way: the harness hears it
+        except Exception as err:
+            return item_record(item, {}, "failed", redact_text(f"{type(err).__name__}: {err}"))
+        return item_record(item, values, "ok")
 
 
 def _settle(future: concurrent.futures.Future[dict[str, Any]], task: asyncio.Task[dict[str, Any]]) -> None:

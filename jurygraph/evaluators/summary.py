@@ -19,30 +19,34 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.metaeval import evaluate_records
 from jurygraph.measuring.panel import agreement_json, panel_diagnostics, panel_json, targets
 
 
-def summary_results(records: Sequence[Mapping[str, Any]], *, key: str, protocol: str, statistic: str = "spearman",
+def summary_results(records: Sequence[Mapping[str, Any]], *, key: str, protocol: str,
+                    panel: PanelMembers | None = None, statistic: str = "spearman",
                     resamples: int = 1000) -> list[dict[str, Any]]:
-    """The diagnostics of the panel's records as results (see the module's doc)."""
+    """The diagnostics of the panel's records as results (see the module's doc); ``panel``: who the members are
+    (the protocol's spec's reading)."""
     verdict = evaluate_records(records, protocol, resamples=resamples)
     found = targets(verdict)
-    panels = {panel.target: panel_json(panel)
-              for panel in panel_diagnostics(protocol, records, verdict, statistic=statistic, resamples=resamples)}
+    panels = {diagnosed.target: panel_json(diagnosed)
+              for diagnosed in panel_diagnostics(protocol, records, verdict, statistic=statistic,
+                                                 resamples=resamples, panel=panel)}
     results: list[dict[str, Any]] = []
     for target in found:
         prefix = key if len(found) == 1 else f"{key}/{target}"
         stat = "accuracy" if target in ("pairwise", "choice") else statistic
         agreement = agreement_json(verdict, target)
         results.append(_agreement(f"{prefix}/agreement", "the panel", agreement, stat))
-        panel = panels.get(target)
-        if panel is None:
+        found_panel = panels.get(target)
+        if found_panel is None:
             continue
         results.extend(_agreement(f"{prefix}/{member['name']}/agreement", member["name"], member, stat)
-                       for member in panel["members"])
-        results.append(_vs_best(f"{prefix}/panel_minus_best", panel["panel_vs_best"]))
-        results.append(_effective(f"{prefix}/effective_judges", panel))
+                       for member in found_panel["members"])
+        results.append(_vs_best(f"{prefix}/panel_minus_best", found_panel["panel_vs_best"]))
+        results.append(_effective(f"{prefix}/effective_judges", found_panel))
     if not results:
         results.append({"key": f"{key}/agreement", "score": None,
                         "comment": "no verdict to measure: the experiment has no judged rows"})
