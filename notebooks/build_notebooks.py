@@ -722,6 +722,7 @@ from langsmith import Client, aevaluate, evaluate
 
 from jurygraph import create_panel_evaluator, load_dataset
 from jurygraph.cli import main as jurygraph
+from jurygraph.running.rundir import read_spend
 from jurygraph.testing import panel_judges
 from jurygraph.testing.fake_langsmith import FakeLangSmith
 
@@ -735,8 +736,10 @@ workdir = Path(tempfile.mkdtemp())
 ## The panel
 
 ChatEval's two referees judge which of two answers is better; on a pairwise task ChatEval judges both answer
-orders by default (its position calibration), as `jurygraph eval` does. The public is the oracle, the Critic the
-coin.
+orders by default (its position calibration), decided as `jurygraph eval` decides it. The public is the oracle, the
+Critic the coin. The protocol is named as `eval --protocol` takes it (a built-in, an installed package's,
+`"module:factory"`, or a factory), and its options by the names `--param` takes (`turns=3`, `agents=3`,
+`no_calibrate=True`...), typed and checked by the protocol's spec.
 """),
     code("""
 referees = {"General Public": f"openai:gpt-4o-mini@{judges.base_url}", "Critic": f"openai:coin@{judges.base_url}"}
@@ -814,9 +817,17 @@ assert len(judges.requests) == paid
 ## The run directory: `jurygraph show` and `jurygraph metaeval`
 
 `panel.close()` writes the run's manifest (its totals) and releases it; the command line reads it as any run.
+It is a `jurygraph eval` run's directory: every paid call went into its spend ledger before its answer was used,
+so `spend.json` and the totals count each request the server answered, once, over every invocation.
 """),
     code("""
 panel.close()
+assert jurygraph(["show", str(workdir / "panel")]) == 0  # the run's totals and each invocation's
+spend = read_spend(workdir / "panel")
+print("spend.json:", spend, "| requests the server answered:", len(judges.requests))
+assert spend["requests"] == len(judges.requests)
+"""),
+    code("""
 assert jurygraph(["show", str(workdir / "panel"), results[0]["metadata"]["item_id"]]) == 0
 """),
     code("""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,11 +20,13 @@ from jurygraph.cli import main
 from jurygraph.evaluators import EvaluationInputError, ProviderLimit, create_panel_evaluator
 from jurygraph.judging.items import EvalItem
 from jurygraph.running.datasets import load_dataset
+from jurygraph.running.ledger import Ledger
 from jurygraph.running.rundir import RunLocked, read_manifest, read_results, read_spend
 from jurygraph.testing import FakeJudge, pairwise_reply
 from jurygraph.testing.fake_server import FakeOpenAIServer
 
 ASPECT = "naturalness"  # Topical-Chat's, on 1-3
+PRICES = '{"judge": {"input": 0.15, "output": 0.6}}'  # USD per million tokens
 
 
 def score_reply(request: dict[str, Any], index: int = 0) -> str:
@@ -264,6 +267,94 @@ def test_what_a_killed_evaluator_paid_is_answered_from_the_call_cache(
     with create_panel_evaluator("chateval", **options) as again:
         assert [again(**e)[0]["score"] for e in evaluations] == before
     assert len(server.requests) == sent
+
+
+def test_the_ledger_holds_every_paid_call_and_a_rerun_pays_nothing(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path) -> None:
+    """Issue 28's invariant on an evaluator's run: spend.json, the ledger and the manifest's totals equal what the
+    server answered; a re-run answered from the records, or (records and checkpoints gone) from the call cache,
+    pays nothing and records nothing."""
+    server = openai_server(score_reply)
+    run = tmp_path / "run"
+    options: dict[str, Any] = {"task": "score", "aspect": ASPECT, "dataset": "topical-chat",
+                               "default": f"openai:judge@{server.base_url}", "run_dir": run}
+    evaluations = [as_evaluation(item) for item in topical_items(5)]
+    with create_panel_evaluator("chateval", **options) as panel, ThreadPoolExecutor(max_workers=5) as pool:
+        first = list(pool.map(lambda e: panel(**e), evaluations))
+    billed = {"requests": len(server.billed), "input_tokens": sum(b["input_tokens"] for b in server.billed),
+              "output_tokens": sum(b["output_tokens"] for b in server.billed)}
+    assert billed["requests"] == len(server.requests) == 20  # 2 referees x 2 turns x 5 items, none failed
+    spend = read_spend(run)
+    assert {key: spend[key] for key in billed} == billed
+    manifest = read_manifest(run)
+    assert {key: manifest["counts"][key] for key in billed} == billed
+    assert manifest["counts"]["attempts"] == 20 and manifest["attempts_by_model"] == {
+        f"openai:judge@{server.base_url}": 20}
+    ledger = Ledger(run / "ledger.sqlite")
+    assert ledger.last_seq() == 20 and ledger.totals().requests == 20
+    assert {row["item"] for row in ledger.rows_after(0)} == {r[0]["metadata"]["item_id"] for r in first}
+
+    for forget in ((), ("results.jsonl", "checkpoints.sqlite")):  # from the records; then from the call cache
+        for name in forget:
+            (run / name).unlink()
+        with create_panel_evaluator("chateval", **options) as again:
+            assert [again(**e) for e in evaluations] == first
+        assert len(server.requests) == 20 and ledger.last_seq() == 20  # nothing paid, nothing recorded
+        assert read_spend(run) == spend
+        manifest = read_manifest(run)
+        assert {key: manifest["counts"][key] for key in billed} == billed
+        assert manifest["invocations"][-1]["spend"]["requests"] == 0
+    assert manifest["invocations"][-1]["counts"]["cache_hits"] == 20  # the last re-run: every call from the cache
+    ledger.close()
+
+
+def test_show_report_and_metaeval_give_an_evaluators_run_the_totals_of_an_eval_run(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same items and models, judged by `jurygraph eval` and by an evaluator (each against a server of its own):
+    the same totals and spend wherever a run's are read."""
+    cli_server, evaluator_server = openai_server(score_reply), openai_server(score_reply)
+    (tmp_path / "prices.json").write_text(PRICES, encoding="utf-8")
+    eval_verdicts(["--protocol", "chateval", "--dataset", "topical-chat", "--aspect", ASPECT, "--limit", "4",
+                   "--model", "judge", "--base-url", cli_server.base_url, "--prices", str(tmp_path / "prices.json")],
+                  tmp_path / "cli")
+    with create_panel_evaluator("chateval", task="score", aspect=ASPECT, dataset="topical-chat",
+                                default=f"openai:judge@{evaluator_server.base_url}", run_dir=tmp_path / "evaluator",
+                                prices=json.loads(PRICES)) as panel:
+        for item in topical_items():
+            panel(**as_evaluation(item))
+    assert len(cli_server.requests) == len(evaluator_server.requests) == 16
+
+    def shown(run: Path) -> dict[str, Any]:
+        capsys.readouterr()
+        assert main(["show", str(run), "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        invocation = found["invocations"][0]["counts"]
+        for figures in (found["totals"], found["spend"], invocation):  # the sums' order: the last digits
+            figures["cost_usd"] = round(figures["cost_usd"], 9)
+        found["totals"].pop("seconds")
+        invocation.pop("seconds")  # wall time: the evaluator's is how long it held the run
+        return {"totals": found["totals"], "spend": found["spend"], "invocation": invocation}
+
+    cli, evaluator = shown(tmp_path / "cli"), shown(tmp_path / "evaluator")
+    assert evaluator == cli
+    assert cli["totals"]["requests"] == 16 and cli["totals"]["cost_usd"] > 0 and cli["totals"]["done"] == 4
+    capsys.readouterr()
+    assert main(["metaeval", str(tmp_path / "cli"), str(tmp_path / "evaluator"), "--json", "--resamples", "0"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    for found in runs:
+        found["totals"].pop("seconds")
+        found["totals"]["cost_usd"] = round(found["totals"]["cost_usd"], 9)
+    assert runs[0]["totals"] == runs[1]["totals"] == cli["totals"]
+    for run in ("cli", "evaluator"):
+        assert main(["report", str(tmp_path / run), "--out", str(tmp_path / f"{run}.html"), "--resamples", "0"]) == 0
+    spent = []  # the report's "Spend per invocation": the run's row (items done, requests, attempts, tokens, USD)
+    for run in ("cli", "evaluator"):
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (tmp_path / f"{run}.html").read_text(encoding="utf-8")))
+        found = re.search(r"Spend per invocation .*? run (\d+) (\d+) (\d+) ([\d,]+ \+ [\d,]+) (\$[\d.]+)", text)
+        assert found is not None
+        spent.append(found.groups())
+    assert spent[0] == spent[1] == ("4", "16", "16", f"{cli['totals']['input_tokens']:,} + "
+                                    f"{cli['totals']['output_tokens']:,}", f"${cli['totals']['cost_usd']:.4f}")
 
 
 def test_one_writer_per_run_directory(tmp_path: Path) -> None:

@@ -68,7 +68,7 @@ def test_inspect_scores_samples_with_the_panel_and_the_verdicts_of_jurygraph_eva
 def test_a_missing_verdict_is_unscored_and_a_pairwise_panel_compares_with_the_target(tmp_path: Path) -> None:
     judge = FakeJudge(respond=lambda p, m: "No idea." if "silence" in m[0].text else
                       "Evaluation evidence: ok.\nThe score of Assistant 1: 8\nThe score of Assistant 2: 3")
-    scorer = panel_scorer("single", task="pairwise", default=judge, calibrate=None)
+    scorer = panel_scorer("single", task="pairwise", default=judge, no_calibrate=True)
     samples = [Sample(id="a", input="Say hi.", target="hello"), Sample(id="b", input="Say hi.", target="silence")]
     log = run(samples, {"a": "hi!", "b": "hi there"}, scorer, tmp_path / "logs")
     assert log.samples is not None
