@@ -17,8 +17,9 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from jurygraph.cli import main
-from jurygraph.evaluators import EvaluationInputError, ProviderLimit, create_panel_evaluator
+from jurygraph.evaluators import EvaluationInputError, PanelFailed, ProviderLimit, create_panel_evaluator
 from jurygraph.judging.items import EvalItem
+from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.running.datasets import load_dataset
 from jurygraph.running.ledger import Ledger
 from jurygraph.running.rundir import RunLocked, read_manifest, read_results, read_spend
@@ -156,7 +157,7 @@ def test_what_cannot_be_judged_is_an_error_naming_the_argument() -> None:
         scorer(outputs="x", reference_outputs="high")
     with pytest.raises(ValueError, match=r"needs its scale: scale=\(1, 5\)"):
         create_panel_evaluator("chateval", task="score")
-    with pytest.raises(ValueError, match="chatevl: no such protocol; choose from .*chateval.*MODULE:FACTORY"):
+    with pytest.raises(ValueError, match=r"chatevl: no such protocol; choose from .*chateval.*MODULE:FACTORY"):
         create_panel_evaluator("chatevl", task="score", scale=(1, 5))
     with pytest.raises(ValueError, match=r"protocol debate: turns is not one of its options \(.*max_iterations"):
         create_panel_evaluator("debate", task="score", scale=(1, 5), turns=3)
@@ -355,6 +356,39 @@ def test_show_report_and_metaeval_give_an_evaluators_run_the_totals_of_an_eval_r
         spent.append(found.groups())
     assert spent[0] == spent[1] == ("4", "16", "16", f"{cli['totals']['input_tokens']:,} + "
                                     f"{cli['totals']['output_tokens']:,}", f"${cli['totals']['cost_usd']:.4f}")
+
+
+def test_a_failed_evaluation_is_raised_recorded_and_judged_again(tmp_path: Path) -> None:
+    attempts = []
+
+    def flaky(prompt: str, messages: list[BaseMessage]) -> str:
+        attempts.append(prompt)
+        if len(attempts) == 1:
+            raise RuntimeError("the judge fell over")
+        return "Evaluation evidence: ok.\nThe score of the response: 2"
+
+    run = tmp_path / "run"
+    panel = create_panel_evaluator("single", task="score", scale=(1, 3), default=FakeJudge(respond=flaky),
+                                   run_dir=run)
+    with pytest.raises(PanelFailed, match=r"item e-\w+: RuntimeError: the judge fell over"):
+        panel(outputs="a")
+    (failed,) = read_results(run)
+    assert failed["status"] == "failed" and "the judge fell over" in failed["error"]
+    assert panel(outputs="a")[0]["score"] == 0.5  # asked again: judged again
+    panel.close()
+    (record,) = read_results(run)  # one line per item, its last
+    assert record["status"] == "ok" and record["id"] == failed["id"]
+    counts = read_manifest(run)["counts"]
+    assert (counts["items"], counts["done"], counts["failed"]) == (1, 1, 0)
+
+
+def test_an_error_every_evaluation_would_hit_is_raised_as_it_is_and_nothing_is_recorded(tmp_path: Path) -> None:
+    panel = create_panel_evaluator("single", task="score", scale=(1, 3), run_dir=tmp_path / "run",
+                                   default="openai:judge@http://127.0.0.1:9/v1")  # nothing listens there
+    with pytest.raises(ProviderUnavailable, match="cannot connect"):
+        panel(outputs="a")
+    panel.close()
+    assert read_results(tmp_path / "run") == [] and read_spend(tmp_path / "run")["requests"] == 0
 
 
 def test_one_writer_per_run_directory(tmp_path: Path) -> None:

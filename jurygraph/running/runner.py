@@ -67,6 +67,7 @@ from jurygraph.running.rundir import (
     SpendFigures,
     iter_results,
     load_manifest,
+    replace_result,
     run_lock,
     write_manifest,
 )
@@ -711,6 +712,7 @@ class OpenRun:
         self.kept = kept  # the finished records of the earlier invocations, by item id
         self._seen: set[str] = set()  # the items asked for in this invocation
         self._judging: set[str] = set()
+        self.again: dict[str, dict[str, Any]] = {}  # items that failed in this invocation, then were judged again
 
     @property
     def out(self) -> Path:
@@ -730,7 +732,8 @@ class OpenRun:
             run.summary.skipped += int(item.id in self.kept)
         if item.id in self.kept:
             return self.kept[item.id]
-        if run.summary.failures.pop(item.id, None) is not None:  # judged again: its failure here no longer counts
+        failed_here = run.summary.failures.pop(item.id, None) is not None
+        if failed_here:  # judged again: its failure here no longer counts
             run.summary.failed -= 1
         self._judging.add(item.id)
         try:
@@ -742,6 +745,8 @@ class OpenRun:
                 raise
             if not run.deliver(record):
                 raise run.aborted.pop()
+            if failed_here:
+                self.again[item.id] = record
         finally:
             self._judging.discard(item.id)
         return record
@@ -782,6 +787,9 @@ async def open_run(graph: StateGraph, out_dir: str | Path, *, context: JuryConte
                 yield opened
         finally:
             run.close_outputs()
+            # one line per item, as a run's: an item judged again after it failed keeps its last line only
+            for record in (opened.again.values() if opened is not None else ()):
+                replace_result(out, record)
             run.total = opened.items() if opened is not None else len(kept)
             run.finish()
 
