@@ -373,7 +373,9 @@ def _build(values: Params) -> Built:
 
 def _plan(params: Params) -> int:
     referees, turns = panel_size(params), int(params.get("turns") or 2)
-    summaries = turns - 1 if params.get("strategy") == "summarizer" else 0
+    # the summarizer's summary of each round but the last; the released code's mode: each referee's running summary
+    summaries = (turns - 1) * (referees if params.get("summary_mode") == "code" else 1) \
+        if params.get("strategy") == "summarizer" else 0
     devils = turns - 1 if params.get("devil") else 0
     # every judgment may be re-asked once: the final turn's, or every turn's with early stop or the devil; with the
     # released code's rule it may be sent twice more instead

@@ -163,8 +163,9 @@ def _build(values: Params) -> Built:
 
 def _plan(params: Params) -> int:
     n = int(params.get("max_iterations") or 1)
-    # n Scorer turns (each may be re-asked) and n Critic reviews, the tie-breaker (and its re-ask), the Commander
-    return 3 * n + (2 if params.get("tie_breaker") else 0) + (1 if params.get("commander_llm") else 0)
+    # the Scorer's first score and its n revisions (each may be re-asked), n Critic reviews, the tie-breaker (and its
+    # re-ask), the Commander
+    return 2 * (n + 1) + n + (2 if params.get("tie_breaker") else 0) + (1 if params.get("commander_llm") else 0)
 
 
 def _bounds(params: Params) -> tuple[str, str]:

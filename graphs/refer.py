@@ -246,7 +246,10 @@ def _build(values: Params) -> Built:
 
 def _plan(params: Params) -> int:
     reviews = 1 + int(params.get("peer_discussion") or 0)  # each peer's review and its discussion turns
-    return 2 * int(params.get("peers") or 3) * reviews + int(params.get("samples") or 1)  # n samples: n requests
+    # Lite from Turbo sends Turbo's request (its first sample taken)
+    samples = TURBO_SAMPLES if params.get("lite_from_turbo") else int(params.get("samples") or 1)
+    # n samples: n requests (where the provider has no native n); a single sample (Lite) may be re-asked
+    return 2 * int(params.get("peers") or 3) * reviews + samples + (1 if samples == 1 else 0)
 
 
 SPEC = ProtocolSpec(

@@ -26,6 +26,10 @@ What a spec declares, field by field (every one but ``name`` and ``factory`` has
   fewest and the most when it may stop early. Without a ``plan`` the count comes from the graph itself: the dry
   run's scripted panel (never agreeing, every critic objecting) judges one item, and each judging call may be
   re-asked once (:func:`jurygraph.running.estimate.most_requests`).
+- ``most_values``: from the options' values, those the dry run's "most" scenario and the budget's per-item reserve
+  build the graph with, for a stop rule the scripted replies cannot hold off (they repeat the same scores every
+  round, which a convergence rule reads as converged: D3's SAMRE gives ``{"epsilon": 0.0}``, never converging, so
+  R rounds). Default: the run's own graph.
 - ``position_calibration``: on pairwise data, judge both answer orders by default (ChatEval's position calibration;
   ``--no-calibrate`` keeps one), decided once the data is loaded. ``calibration``: what ``--calibrate`` runs
   instead of wrapping the graph, with its own options (:class:`OwnCalibration`; the single agent's: FairEval's own
@@ -184,6 +188,7 @@ class ProtocolSpec:
     tasks: tuple[str, ...] = TASKS
     plan: Callable[[Params], int] | None = None
     bounds: Callable[[Params], tuple[str, str] | None] | None = None
+    most_values: Callable[[Params], Mapping[str, Any]] | None = None
     position_calibration: bool = False
     calibration: OwnCalibration | None = None
     single_agent: Callable[[Params], StateGraph] | None = None

@@ -116,3 +116,19 @@ def test_a_resumed_run_keeps_its_own_gen_with_a_warning(openai_server, tmp_path:
     err = capsys.readouterr().err
     assert "warning: --gen 'Critc.temperature=0': chateval has no agent or role 'Critc'" in err
     assert "kept on --resume" in err
+
+
+def test_models_must_name_an_agent_or_role_of_the_protocol(openai_server, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt ``--models`` name would leave that agent on ``--model`` without a word: refused before any
+    request, with the close match; a name or a role the graph calls is accepted."""
+    server = openai_server(lambda request, i: pairwise_reply(7, 3))
+    base = ["eval", "--dataset", "faireval", "--limit", "1", "--model", "judge", "--base-url", server.base_url,
+            "--quiet"]
+    capsys.readouterr()
+    assert main([*base, "--models", f"Critc=openai:strong@{server.base_url}", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "--models Critc=...: chateval has no agent or role 'Critc' (did you mean 'Critic'?)" in err
+    assert not server.requests and len(err.splitlines()) == 1
+    assert main([*base, "--models", f"Critic=openai:strong@{server.base_url}", "--out", str(tmp_path / "b")]) == 0
+    assert {request["model"] for request in server.requests} == {"judge", "strong"}

@@ -96,7 +96,7 @@ def test_options_are_listed_once_keeping_each_protocols_order() -> None:
 
 
 def test_the_built_in_protocols_are_found_by_their_modules() -> None:
-    assert list(builtin()) == ["chateval", "debate", "refer", "single", "ensemble", "geval", "analyze-rate"]
+    assert list(builtin()) == ["chateval", "debate", "refer", "single", "ensemble", "geval", "analyze-rate", "d3"]
     assert find("debate") is builtin()["debate"]
     assert panel_signals("score", members=3, samples=20) == {"spread", "sample_spread"}
     assert panel_signals("pairwise", members=2, samples=20) == {"agreement"}
@@ -116,3 +116,48 @@ def test_a_name_that_points_nowhere_is_said_so(tmp_path: Path) -> None:
     assert resolve_name("mine.py:TOY") == f"{Path('mine.py').resolve()}:TOY"
     assert find(f"{mine}:TOY").option("mode").choices == ("a", "b")  # type: ignore[union-attr]
     assert find("tests.test_spec:create_toy").name == "tests.test_spec:create_toy"
+
+
+# a declared plan is what `eval` shows before a large run, the manifest's requests_per_item and the dry run's "with
+# every format re-ask": it must never be below what the graph can send. Counted here with a model whose n samples
+# are n requests (the costliest way), the most scenario's scripted replies and one re-ask per judging call.
+PLANS = [
+    ("--protocol chateval --no-calibrate", "pairwise", "exact"),
+    ("--protocol chateval --no-calibrate --strategy summarizer --agents 3 --turns 3", "pairwise", "exact"),
+    ("--protocol chateval --no-calibrate --strategy summarizer --summary-mode code --agents 3 --turns 3", "pairwise",
+     "exact"),
+    ("--protocol chateval --no-calibrate --stop-when consensus", "pairwise", "exact"),
+    ("--protocol chateval --no-calibrate --devil", "pairwise", "exact"),
+    ("--protocol chateval --no-calibrate --unreadable code", "pairwise", "above"),  # the code's 3 attempts
+    ("--protocol chateval", "pairwise", "exact"),
+    ("--protocol debate", "score", "exact"),
+    ("--protocol debate --max-iterations 1", "score", "exact"),
+    ("--protocol debate --tie-breaker --commander-llm", "score", "exact"),
+    ("--protocol refer", "score", "exact"),
+    ("--protocol refer --variant lite", "score", "exact"),
+    ("--protocol refer --variant lite --lite-from-turbo", "score", "exact"),
+    ("--protocol refer --peer-discussion 2", "score", "exact"),
+    ("--protocol single --no-calibrate", "pairwise", "exact"),
+    ("--protocol ensemble --no-calibrate", "pairwise", "exact"),
+    ("--protocol geval", "score", "exact"),
+    ("--protocol geval --estimator logprobs", "score", "above"),  # its fallback to n samples
+    ("--protocol single --calibrate bpc+mec", "pairwise", "above"),  # FairEval's k reviews in one request
+    ("--protocol d3", "pairwise", "exact"),
+    ("--protocol d3 --d3-mode more", "pairwise", "exact"),
+]
+
+
+@pytest.mark.parametrize(("argv", "task", "bound"), PLANS, ids=[argv for argv, _, _ in PLANS])
+def test_a_declared_plan_is_never_below_what_its_graph_can_send(argv: str, task: str, bound: str) -> None:
+    import argparse
+
+    from jurygraph.cli.protocols import _counted, add_protocol_arguments, build_protocol
+    from jurygraph.running.datasets import load_dataset
+
+    item = load_dataset("faireval" if task == "pairwise" else "summeval").items[0]
+    parser = argparse.ArgumentParser()
+    add_protocol_arguments(parser)
+    setup = build_protocol(parser.parse_args(argv.split()), {task})
+    declared = setup.requests_per_item(item, None)
+    counted = _counted(setup.most_panel_graph or setup.panel_graph or setup.graph, item, None)
+    assert declared == counted if bound == "exact" else declared > counted, (declared, counted)

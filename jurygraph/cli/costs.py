@@ -102,7 +102,7 @@ def estimate_run(setup: ProtocolSetup, items: Iterable[EvalItem], total: int, co
                  cache: Any = None, lengths: ReplyLengths | None = None) -> Estimate:
     return estimate(setup.graph, items, context=context, total=total, prices=prices, sample=sample,
                     bounded=setup.may_stop_early(), tokenizer=tokenizer, cache=cache,
-                    lengths=lengths.by_agent if lengths is not None else None)
+                    lengths=lengths.by_agent if lengths is not None else None, most_graph=setup.most_graph)
 
 
 def measured_lengths(args: argparse.Namespace) -> ReplyLengths | None:
@@ -395,7 +395,8 @@ def item_pricer(setup: ProtocolSetup, context: JuryContext, prices: Mapping[str,
     reply at its output budget, loops at their longest; tokens approximated, no tokenizer loaded; at batch prices
     with ``batch``), the run's cache not consulted (a reserve is never 0). Raises ValueError for an item the
     protocol cannot render. ``Budget`` adds its margin."""
-    app = setup.graph.compile() if isinstance(setup.graph, StateGraph) else setup.graph
+    graph = setup.most_graph if setup.most_graph is not None else setup.graph
+    app = graph.compile() if isinstance(graph, StateGraph) else graph
 
     def price(item: EvalItem) -> Spend:
         result = estimate(app, [item], context=context, total=1, prices=prices, sample=None, bounded=False,

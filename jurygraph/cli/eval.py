@@ -25,6 +25,7 @@ from jurygraph.cli.protocols import (
     option_values,
     protocol_spec,
 )
+from jurygraph.graphs.calibration import accepted_options
 from jurygraph.graphs.registry import resolve_name, short_name
 from jurygraph.judging.items import Scale
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
@@ -169,9 +170,12 @@ def _shown(value: Any) -> str:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Every option of the invocation (run-defining and execution-only), credentials removed, for the manifest;
-    the protocol's own options under ``protocol_args`` as before."""
+    the protocol's own options under ``protocol_args`` as before: those it reads, not every protocol's flag (each
+    installed protocol adds its own)."""
     saved = {key: redact_values(value) for key, value in vars(args).items() if key not in NOT_SETTINGS}
-    saved["protocol_args"] = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
+    reads = accepted_options(protocol_spec(args.protocol))
+    own = {dest: saved.pop(dest) for dest in args.protocol_dests if dest in saved}
+    saved["protocol_args"] = {dest: value for dest, value in own.items() if dest in reads}
     return _plain(saved)
 
 

@@ -108,25 +108,54 @@ def _specs(models: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 
 def check_gen_options(args: argparse.Namespace, setup: ProtocolSetup, context: JuryContext,
                       items: Iterable[EvalItem], *, restored: bool = False) -> None:
-    """``--gen`` against the protocol as built: the agents and roles it names are the graph's (the escalation's
-    included), found by running it on the first item; its values in each reached model's documented range.
-    ``restored``: the values are a resumed run's own (from before these checks): a warning, so the run can go on."""
-    if not context.gen:
-        return
-    if restored:
-        try:
-            check_gen_options(args, setup, context, items)
-        except UsageError as err:
-            print(f"jurygraph: warning: {err} (the run's own --gen, kept on --resume)", file=sys.stderr)
+    """``--gen`` and ``--models`` against the protocol as built: the agents and roles they name are the graph's (the
+    escalation's included), found by running it on the first item; ``--gen``'s values in each reached model's
+    documented range. ``restored``: ``--gen``'s values are a resumed run's own (from before these checks): a
+    warning, so the run can go on."""
+    named = set(key_values(getattr(args, "models", None), "--models"))
+    if not context.gen and not named:
         return
     agents = None
-    if set(context.gen) - {ALL_AGENTS}:
+    if (set(context.gen) - {ALL_AGENTS}) or named:
         first = next(iter(items), None)
         graphs = [setup.graph]
         if setup.escalation_graph is not None:
             graphs.append(setup.escalation_graph)
         agents = graph_agents(graphs, first, context) if first is not None else None
-    check_gen(context, agents, str(setup.params.get("protocol") or args.protocol))
+    protocol = str(setup.params.get("protocol") or args.protocol)
+    try:
+        check_models_names(named, agents, protocol, escalation=setup.escalation_graph is not None)
+    except UsageError as err:
+        if not getattr(args, "resume", None):
+            raise
+        # --models defines the run and cannot change on --resume: a run made before this check goes on
+        print(f"jurygraph: warning: {err} (the run's own --models, kept on --resume)", file=sys.stderr)
+    if not context.gen:
+        return
+    if restored:
+        try:
+            check_gen(context, agents, protocol)
+        except UsageError as err:
+            print(f"jurygraph: warning: {err} (the run's own --gen, kept on --resume)", file=sys.stderr)
+        return
+    check_gen(context, agents, protocol)
+
+
+def check_models_names(named: set[str], agents: dict[str, str] | None, protocol: str, *, escalation: bool) -> None:
+    """Each ``--models AGENT=SPEC`` names an agent or a role the protocol calls (``agents``: :func:`graph_agents`;
+    not checked when None): a misspelt name would otherwise leave that agent on ``--model``, silently."""
+    if agents is None:
+        return
+    known = {*agents, *agents.values(), *([ESCALATION] if escalation else [])}
+    for target in sorted(named - known):
+        raise UsageError(_unknown_agent(f"--models {target}=...", target, agents, protocol))
+
+
+def _unknown_agent(given: str, target: str, agents: dict[str, str], protocol: str) -> str:
+    names, roles = list(agents), sorted(set(agents.values()) - set(agents))
+    close = difflib.get_close_matches(target, [*names, *roles], n=1, cutoff=0.6)
+    return (f"{given}: {protocol} has no agent or role {target!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; its agents: {', '.join(names)}" + (f"; roles: {', '.join(roles)}" if roles else ""))
 
 
 def graph_agents(graphs: Iterable[Any], item: EvalItem, context: JuryContext) -> dict[str, str] | None:
@@ -165,13 +194,8 @@ def check_gen(context: JuryContext, agents: dict[str, str] | None, protocol: str
     flag, the value, and for an unknown name the close match and the names there are."""
     for target, params in context.gen.items():
         if target != ALL_AGENTS and agents is not None and target not in agents and target not in agents.values():
-            names, roles = list(agents), sorted(set(agents.values()) - set(agents))
-            close = difflib.get_close_matches(target, [*names, *roles], n=1, cutoff=0.6)
             first = f"{target}.{next(iter(params))}={_shown_value(next(iter(params.values())))}"
-            raise UsageError(f"--gen '{first}': {protocol} has no agent or role {target!r}"
-                             + (f" (did you mean {close[0]!r}?)" if close else "")
-                             + f"; its agents: {', '.join(names)}" + (f"; roles: {', '.join(roles)}" if roles else "")
-                             + "; or '*' for every agent")
+            raise UsageError(_unknown_agent(f"--gen '{first}'", target, agents, protocol) + "; or '*' for every agent")
         for spec in _reached(context, target, agents):
             for param, value in params.items():
                 try:

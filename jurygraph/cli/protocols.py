@@ -56,6 +56,10 @@ class ProtocolSetup:
     panel_graph: StateGraph | None = None  # the graph before the doubtful items' routes (None: ``graph``)
     escalation_graph: StateGraph | None = None  # what an escalated item runs
     escalation_plan: int | None = None  # its most requests, when its spec declares them
+    # what the dry run's "most" scenario and the budget's reserves render, when the spec gives values for it
+    # (ProtocolSpec.most_values); None: ``graph``
+    most_graph: StateGraph | None = None
+    most_panel_graph: StateGraph | None = None  # the same before the doubtful items' routes
 
     def requests_per_item(self, sample: EvalItem | None = None, context: JuryContext | None = None) -> int:
         """The most model requests one item can cost under these parameters (every format re-ask and loop
@@ -66,7 +70,7 @@ class ProtocolSetup:
         if spec is not None and spec.plan is not None:
             count = spec.plan(params) * calibration_factor(params)
         else:
-            count = _counted(self.panel_graph or self.graph, sample, context)
+            count = _counted(self.most_panel_graph or self.panel_graph or self.graph, sample, context)
         return count + self.escalation_requests(sample, context)
 
     def escalation_requests(self, sample: EvalItem | None = None, context: JuryContext | None = None) -> int:
@@ -298,6 +302,15 @@ def build_protocol(args: argparse.Namespace, tasks: set[str] | None = None) -> P
     values = option_values(spec, args)
     task = _task(args, tasks)
     _position_defaults(spec, values, args, task)
+    setup = _assembled(spec, values, args, task)
+    longest = spec.most_values(values) if spec.most_values is not None else None
+    if longest:
+        most = _assembled(spec, {**values, **longest}, args, task)
+        setup.most_graph, setup.most_panel_graph = most.graph, most.panel_graph or most.graph
+    return setup
+
+
+def _assembled(spec: ProtocolSpec, values: dict[str, Any], args: argparse.Namespace, task: str | None) -> ProtocolSetup:
     built = spec.create(values)
     setup = _setup(built, spec, args)
     setup.params.setdefault("protocol", args.protocol)

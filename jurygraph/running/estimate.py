@@ -268,18 +268,21 @@ class Estimate:
 def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, total: int | None = None,
              prices: Mapping[str, Any] | None = None, sample: int | None = DEFAULT_SAMPLE, bounded: bool = True,
              reply_tokens: int = DEFAULT_REPLY_TOKENS, tokenizer: str = "download", cache: Any = None,
-             lengths: Mapping[str, float] | None = None) -> Estimate:
+             lengths: Mapping[str, float] | None = None, most_graph: Any = None) -> Estimate:
     """Render ``graph`` (uncompiled or compiled) on the items with synthetic replies and add up what each model
     would be sent. ``total``: the number of items when ``items`` has no length (a stream); ``sample``: render at
     most this many, evenly spaced, and scale (None: all); ``bounded``: also run the ``fewest`` scenario (a
     protocol that may stop early); ``tokenizer``: one of :data:`~jurygraph.llm.tokens.TOKENIZER_MODES` (the dry
     run fetches a missing tiktoken encoding, the line before a run loads none); ``cache``: a run's LLM cache
     (what it answers costs nothing); ``lengths``: each agent's replies as long as a run measured them
-    (:func:`reply_lengths`), for the expected figure rather than the bound."""
+    (:func:`reply_lengths`), for the expected figure rather than the bound; ``most_graph``: what the ``most``
+    scenario renders instead of ``graph`` (the protocol built with its spec's ``most_values``)."""
     started = time.monotonic()
     count = total if total is not None else len(items)  # type: ignore[arg-type]
     chosen = list(_spaced(items, count, sample))
     app = graph.compile() if isinstance(graph, StateGraph) else graph
+    apps = {MOST.name: app if most_graph is None else
+            most_graph.compile() if isinstance(most_graph, StateGraph) else most_graph, FEWEST.name: app}
     counters: dict[str, TokenCounter] = {}
     scenarios = (MOST, FEWEST) if bounded else (MOST,)
     sources = {s.name: SyntheticReplies(s, reply_tokens=reply_tokens, tokenizer=tokenizer, counters=counters,
@@ -295,8 +298,8 @@ def estimate(graph: Any, items: Iterable[EvalItem], *, context: JuryContext, tot
             for scenario in scenarios:
                 if scenario.name not in contexts:
                     contexts[scenario.name] = planned_context(context, sources[scenario.name], cache)
-                state = app.invoke({"item": item.model_dump(mode="json", exclude_none=True)},
-                                   context=contexts[scenario.name])
+                state = apps[scenario.name].invoke({"item": item.model_dump(mode="json", exclude_none=True)},
+                                                   context=contexts[scenario.name])
                 per_item[scenario.name].append(usage_by_model(state.get("usage") or {}))
         except Exception as err:  # an item the protocol cannot judge: said, not guessed
             failed[item.id] = f"{type(err).__name__}: {err}"
