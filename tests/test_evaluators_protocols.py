@@ -29,7 +29,9 @@ def hashed_scores(request: dict[str, Any], choice: int) -> str:
     """Two scores from a hash of the model, the prompt and the sample: the same for the same request whoever sends
     it, different per answer order and per item (so the orders disagree on some items)."""
     digest = zlib.crc32(f"{request.get('model')}:{prompt_of(request)}:{choice}".encode())
-    return pairwise_reply(1 + digest % 10, 1 + digest // 10 % 10)
+    first, second = 1 + digest % 10, 1 + digest // 10 % 10
+    vote = (1, 0) if first > second else (0, 1)  # a D3 juror's
+    return f"{pairwise_reply(first, second)}\nVote: {vote}"
 
 
 def pairwise_call(panel: Any) -> list[dict[str, Any]]:
@@ -108,6 +110,8 @@ def test_the_models_the_options_name_judge(openai_server: Callable[..., FakeOpen
     ("single", [], {}, ("bpc", "chateval")),  # both orders of ChatEval's single agent, not FairEval's evaluator
     ("single", ["--calibrate", "mec", "--mec-k", "2"], {"calibrate": "mec", "mec_k": 2}, ("mec", "faireval")),
     ("ensemble", ["--calibrate", "bpc+mec", "--mec-k", "2"], {"calibrate": "bpc+mec", "mec_k": 2}, ("bpc+mec", None)),
+    ("d3", ["--d3-mode", "more", "--advocates", "1", "--jurors", "3"], {"d3_mode": "more", "advocates": 1,
+                                                                        "jurors": 3}, (None, None)),  # one order
 ])
 def test_pairwise_items_are_calibrated_as_eval_decides(openai_server: Callable[..., FakeOpenAIServer],
                                                        tmp_path: Path, protocol: str, flags: list[str],
@@ -129,3 +133,4 @@ def test_pairwise_items_are_calibrated_as_eval_decides(openai_server: Callable[.
     assert [r["verdict"] for r in read_results(tmp_path / "evaluator")] == \
         [cli[item_texts(item)] for item in items]
     assert len({json.dumps(v, sort_keys=True) for v in cli.values()}) > 1  # the items differ: a real comparison
+    assert not any(v.get("missing") for v in cli.values())
