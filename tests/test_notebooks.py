@@ -20,8 +20,9 @@ NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 
-def test_the_four_tutorials_are_there() -> None:
-    assert [p.stem for p in PATHS] == ["01_quickstart", "02_compose_a_strategy", "03_checkpoints", "04_metaeval"]
+def test_the_five_tutorials_are_there() -> None:
+    assert [p.stem for p in PATHS] == ["01_quickstart", "02_compose_a_strategy", "03_checkpoints", "04_metaeval",
+                                       "05_a_panel_inside_langsmith"]
 
 
 def this_interpreter_kernel(tmp_path: Path) -> KernelManager:
