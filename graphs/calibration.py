@@ -43,7 +43,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from jurygraph.graphs.spec import Option
+from jurygraph.graphs.spec import Built, Option, Params, ProtocolSpec
 from jurygraph.graphs.wiring import GraphLike, compile_inner
 from jurygraph.judging.aggregation import aggregate, majority_label
 from jurygraph.judging.items import TaskKind, as_item
@@ -256,3 +256,55 @@ OPTIONS: tuple[Option, ...] = (CALIBRATE, MEC_K, MEC_TEMPERATURE)
 NO_CALIBRATE = Option("no_calibrate", bool, False,
                       "chateval/single/ensemble on pairwise data: judge one order only (default: both orders, "
                       "--calibrate bpc, as ChatEval's position calibration)")
+
+
+def accepted_options(spec: ProtocolSpec) -> dict[str, Option]:
+    """Every option ``spec`` reads: its own, ``no_calibrate`` with ChatEval's position calibration, and the
+    calibrations' when it judges pairwise data."""
+    found = {o.name: o for o in spec.options}
+    if spec.position_calibration:
+        found.setdefault(NO_CALIBRATE.name, NO_CALIBRATE)
+    if spec.pairwise:
+        for option in [*OPTIONS, *(spec.calibration.options if spec.calibration else ())]:
+            found.setdefault(option.name, option)
+    return found
+
+
+def position_defaults(spec: ProtocolSpec, values: Params, task: str | None) -> dict[str, Any]:
+    """The calibration options a protocol takes by default on ``task`` items (``{}``: none); the one place this is
+    decided (``jurygraph eval`` and :mod:`jurygraph.evaluators` both ask here).
+
+    ChatEval "employ[s] position calibration techniques in both single-agent and multi-agent settings" (§3.2):
+    each pairwise item is judged in both orders and the scores combined, as its scoring script sums each
+    assistant's scores over the referees and both orders. So a protocol whose spec asks for it
+    (``position_calibration``) applies FairEval's BPC (``calibrate="bpc"``, with its own calibration's
+    ``position_defaults``) to pairwise data unless ``values`` give another calibration or ``no_calibrate`` keeps
+    one order. ``task``: the kind of the loaded items (None when unknown or mixed: nothing is decided), whatever
+    their source; a factory called from Python is never wrapped."""
+    if not spec.position_calibration or task != TaskKind.PAIRWISE or values.get("calibrate") is not None \
+            or values.get("no_calibrate"):
+        return {}
+    return {"calibrate": "bpc", **(spec.calibration.position_defaults if spec.calibration else {})}
+
+
+def wrapped(built: Built, mode: str, values: Params, recorded: Params | None = None) -> Built:
+    """``built``'s graph run as ``mode`` calibrates it (:func:`calibrate`, with ``values``' ``mec_k`` and
+    ``mec_temperature``), the calibration in its parameters (``recorded``: more of them, e.g. the protocol's own
+    calibration options)."""
+    graph = calibrate(built.graph, mode, k=values["mec_k"], temperature=values["mec_temperature"])
+    params = {**built.params, "calibrate": mode, **(recorded or {})}
+    if "mec" in mode:
+        params.update(mec_k=values["mec_k"], mec_temperature=values["mec_temperature"])
+    return Built(graph, params, built.models, built.every_agent_has_a_model)
+
+
+def calibrated(built: Built, spec: ProtocolSpec, mode: str, values: Params) -> Built:
+    """The protocol ``spec`` built as ``built``, calibrated by ``mode``: what its own calibration runs instead
+    (``spec.calibration``, e.g. FairEval's evaluator for the single agent), else its graph wrapped
+    (:func:`wrapped`). The caller has checked that the protocol and the data are pairwise."""
+    if spec.calibration is None:
+        return wrapped(built, mode, values)
+    own = spec.calibration.build(built, mode, values)
+    if own is None:  # the protocol's own graph wrapped, its calibration's options recorded
+        return wrapped(built, mode, values, recorded={o.name: values[o.name] for o in spec.calibration.options})
+    return own

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jurygraph.cli.diagrams import png_bytes, render_graph
+    from jurygraph.evaluators.evaluator import PanelEvaluator, create_panel_evaluator
     from jurygraph.graphs.calibration import calibrate
     from jurygraph.graphs.chateval import ChatEvalState, create_chateval
     from jurygraph.graphs.debate import DebateState, create_debate
@@ -47,6 +48,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _HOMES: dict[str, str] = {
     **dict.fromkeys(["png_bytes", "render_graph"], "jurygraph.cli.diagrams"),
+    **dict.fromkeys(["PanelEvaluator", "create_panel_evaluator"], "jurygraph.evaluators.evaluator"),
     "calibrate": "jurygraph.graphs.calibration",
     **dict.fromkeys(["ChatEvalState", "create_chateval"], "jurygraph.graphs.chateval"),
     **dict.fromkeys(["DebateState", "create_debate"], "jurygraph.graphs.debate"),

@@ -696,7 +696,7 @@ assert single.labels.accuracy == 0.75 and single.labels.n == 40
 
 AGENT_THREADS = [
     md("""
-# 5 · Judge your LangGraph agent: its threads as items
+# 6 · Judge your LangGraph agent: its threads as items
 
 What you most often need judged is not one answer but an agent's run: the user's request, the tools it called
 with which arguments, what they returned, and its answer. jurygraph reads such runs straight from the agent's
@@ -849,10 +849,196 @@ assert len(judge.calls) == 4  # only task-1 (the misspelt city) went to the pane
 ]
 
 
+EVALUATORS = [
+    md("""
+# 5 · A panel inside LangSmith evaluate and pytest
+
+If you already evaluate your LLM application with a harness (LangSmith's `evaluate()` and its pytest
+integration, MLflow, inspect_ai), `create_panel_evaluator` makes any jurygraph protocol a judge it takes as its
+own: an openevals-shaped evaluator (`inputs`, `outputs`, `reference_outputs` in; a result for the panel and one
+per member out), with an async twin, a comparative evaluator and a summary evaluator with the panel diagnostics.
+With `run_dir=`, every evaluation is an item of a jurygraph run directory: `jurygraph show`, `report` and
+`metaeval` read it, and a re-run is answered from it.
+
+This notebook runs offline. LangSmith is jurygraph's local stand-in (`jurygraph.testing.fake_langsmith`: it
+keeps what the `langsmith` client sends), and the judges are the scripted FairEval judges of docs/PANEL.md on a
+local OpenAI-compatible server: `gpt-4o-mini` is an oracle (always the human label), `coin` a fixed coin. For the
+real thing, drop the two servers, set `LANGSMITH_API_KEY` and give model specs such as `"openai:gpt-4o-mini"`.
+"""),
+    code("""
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from langsmith import Client, aevaluate, evaluate
+
+from jurygraph import create_panel_evaluator, load_dataset
+from jurygraph.cli import main as jurygraph
+from jurygraph.running.rundir import read_spend
+from jurygraph.testing import panel_judges
+from jurygraph.testing.fake_langsmith import FakeLangSmith
+
+logging.getLogger("langsmith.client").setLevel(logging.ERROR)  # the stand-in does not take compressed runs
+judges = panel_judges.serve()          # the panel's models, on 127.0.0.1
+langsmith = FakeLangSmith().start()    # LangSmith's stand-in, on 127.0.0.1
+client = Client(api_url=langsmith.url, api_key="lsv2-local-stand-in")
+workdir = Path(tempfile.mkdtemp())
+"""),
+    md("""
+## The panel
+
+ChatEval's two referees judge which of two answers is better; on a pairwise task ChatEval judges both answer
+orders by default (its position calibration), decided as `jurygraph eval` decides it. The public is the oracle, the
+Critic the coin. The protocol is named as `eval --protocol` takes it (a built-in, an installed package's,
+`"module:factory"`, or a factory), and its options by the names `--param` takes (`turns=3`, `agents=3`,
+`no_calibrate=True`...), typed and checked by the protocol's spec.
+"""),
+    code("""
+referees = {"General Public": f"openai:gpt-4o-mini@{judges.base_url}", "Critic": f"openai:coin@{judges.base_url}"}
+panel = create_panel_evaluator("chateval", task="pairwise", dataset="faireval", models=referees,
+                               run_dir=workdir / "panel")
+
+item = load_dataset("faireval").items[0]
+results = panel(inputs={"question": item.question},
+                outputs={"response_1": item.response_1, "response_2": item.response_2},
+                reference_outputs=item.human)
+for result in results:
+    print(f"{result['key']:<25} score={result['score']}  {result['comment']}")
+print("doubt signals:", results[0]["metadata"]["doubt"])
+print("human label:", item.human["label"])
+assert results[1]["value"] == item.human["label"]  # the oracle
+"""),
+    md("""
+## Inside `langsmith.evaluate()`
+
+A LangSmith dataset of six FairEval questions, the human label as each example's reference output. The target
+(your application) gives two answers per question; LangSmith binds `inputs`, `outputs` and `reference_outputs`
+to the evaluator by name. `panel.summary` sees the whole experiment and reports the panel diagnostics.
+"""),
+    code("""
+items = load_dataset("faireval").items[:6]
+dataset = client.create_dataset("faireval-6")
+client.create_examples(dataset_id=dataset.id, examples=[
+    {"inputs": {"question": i.question}, "reference_outputs": {"label": i.human["label"]}} for i in items])
+answers = {i.question: (i.response_1, i.response_2) for i in items}
+
+
+def app(inputs: dict) -> dict:
+    first, second = answers[inputs["question"]]
+    return {"response_1": first, "response_2": second}
+
+
+experiment = evaluate(app, data="faireval-6", evaluators=[panel], summary_evaluators=[panel.summary],
+                      client=client, max_concurrency=4)
+client.flush()
+paid = len(judges.requests)
+print(f"{paid} model requests")
+"""),
+    md("""
+What LangSmith received: per run, the panel's feedback and each referee's (so its dashboard shows every judge);
+for the experiment, the summary. The coin drags the panel below its best member.
+"""),
+    code("""
+feedback = langsmith.feedback_of(session=experiment.experiment_name)
+for entry in sorted((e for e in feedback if e.get("run_id")), key=lambda e: (str(e["run_id"]), e["key"])):
+    question = langsmith.runs[str(entry["run_id"])]["inputs"]["question"]
+    print(f"{question[:40]:<42} {entry['key']:<25} {entry['score']}")
+print()
+summary = {entry["key"]: entry for entry in feedback if not entry.get("run_id")}
+for key, entry in summary.items():
+    print(f"{key:<36} {entry['score']:.3f}  {entry['comment']}")
+assert summary["chateval/General Public/agreement"]["score"] == 1.0
+assert summary["chateval/panel_minus_best"]["score"] < 0
+"""),
+    md("""
+## `aevaluate()` with the async twin: a re-run is answered from the run directory
+
+Every evaluation is an item of the run directory, its id a hash of what it holds; asked again, by any harness,
+it is answered from its record: nothing is paid twice.
+"""),
+    code("""
+async def async_app(inputs: dict) -> dict:
+    return app(inputs)
+
+
+again = await aevaluate(async_app, data="faireval-6", evaluators=[panel.acall], client=client, max_concurrency=4)
+print("model requests:", paid, "->", len(judges.requests))
+assert len(judges.requests) == paid
+"""),
+    md("""
+## The run directory: `jurygraph show` and `jurygraph metaeval`
+
+`panel.close()` writes the run's manifest (its totals) and releases it; the command line reads it as any run.
+It is a `jurygraph eval` run's directory: every paid call went into its spend ledger before its answer was used,
+so `spend.json` and the totals count each request the server answered, once, over every invocation.
+"""),
+    code("""
+panel.close()
+assert jurygraph(["show", str(workdir / "panel")]) == 0  # the run's totals and each invocation's
+spend = read_spend(workdir / "panel")
+print("spend.json:", spend, "| requests the server answered:", len(judges.requests))
+assert spend["requests"] == len(judges.requests)
+"""),
+    code("""
+assert jurygraph(["show", str(workdir / "panel"), results[0]["metadata"]["item_id"]]) == 0
+"""),
+    code("""
+assert jurygraph(["metaeval", str(workdir / "panel"), "--resamples", "0"]) == 0
+"""),
+    md("""
+## Inside pytest: `@pytest.mark.langsmith`
+
+In a LangSmith test the evaluator also logs its results as the test's feedback, in a feedback run of its own
+that holds the panel's calls. The test file below is run by pytest in a subprocess, as in a terminal:
+`LANGSMITH_TEST_SUITE=faireval-panel pytest test_answers.py`.
+"""),
+    code("""
+TEST = '''
+import pytest
+from langsmith import testing as t
+
+from jurygraph import create_panel_evaluator, load_dataset
+
+PANEL = create_panel_evaluator("chateval", task="pairwise", dataset="faireval", models=REFEREES)
+
+
+@pytest.mark.langsmith
+@pytest.mark.parametrize("item", load_dataset("faireval").items[:2], ids=lambda item: item.id)
+def test_the_oracle_agrees_with_people(item):
+    outputs = {"response_1": item.response_1, "response_2": item.response_2}
+    t.log_inputs({"question": item.question})
+    t.log_outputs(outputs)
+    verdict, public, critic = PANEL(inputs={"question": item.question}, outputs=outputs,
+                                    reference_outputs=item.human)
+    assert public["value"] == item.human["label"]
+'''
+tests = Path(tempfile.mkdtemp())
+(tests / "test_answers.py").write_text(TEST.replace("REFEREES", repr(referees)))
+before = len(langsmith.feedback)
+env = {**os.environ, "LANGSMITH_ENDPOINT": langsmith.url, "LANGSMITH_API_KEY": "lsv2-local-stand-in",
+       "LANGSMITH_TRACING": "true", "LANGSMITH_TEST_SUITE": "faireval-panel"}
+done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answers.py"],
+                      cwd=tests, env=env, capture_output=True, text=True, timeout=300)
+print(done.stdout.strip().splitlines()[-1])
+for entry in langsmith.feedback[before:]:
+    print(f"{entry['key']:<25} {entry['score']}  {entry.get('comment') or ''}")
+assert done.returncode == 0
+assert {e["key"] for e in langsmith.feedback[before:]} >= {"chateval", "chateval/General Public", "chateval/Critic"}
+"""),
+    code("""
+judges.stop()
+langsmith.stop()
+"""),
+]
+
+
 def main() -> None:
     for name, cells in [("01_quickstart", QUICKSTART), ("02_compose_a_strategy", COMPOSE),
                         ("03_checkpoints", CHECKPOINTS), ("04_metaeval", METAEVAL),
-                        ("06_agent_threads", AGENT_THREADS)]:
+                        ("05_a_panel_inside_langsmith", EVALUATORS), ("06_agent_threads", AGENT_THREADS)]:
         nbformat.write(notebook(cells), HERE / f"{name}.ipynb")
 
 

@@ -1,6 +1,6 @@
 """The package's layers, checked on its import graph (grimp, the engine of import-linter): imports go one way,
-judging -> model access -> nodes/graphs -> running -> measuring -> interfaces; no module imports itself back
-through others; graph modules hold no command-line code.
+judging -> model access -> nodes/graphs -> running -> measuring -> evaluators -> interfaces; no module imports itself
+back through others; graph modules hold no command-line code, and the evaluators none of the interfaces'.
 
 ``graphs/``, ``nodes/`` and ``prompts/`` install as ``jurygraph.graphs`` etc. through a package-dir mapping that
 grimp does not follow (it walks the ``jurygraph`` folder), so the test assembles the installed layout in a
@@ -20,7 +20,8 @@ MAPPED = {"graphs": "graphs", "nodes": "nodes", "prompts": "prompts"}  # folder 
 
 # highest first; names on one line are siblings that must not import each other
 LAYERS: list[tuple[str, ...]] = [
-    ("jurygraph.cli", "jurygraph.studio", "jurygraph.testing"),
+    ("jurygraph.cli", "jurygraph.studio", "jurygraph.testing", "jurygraph.integrations"),
+    ("jurygraph.evaluators",),
     ("jurygraph.measuring",),
     ("jurygraph.running",),
     ("jurygraph.graphs",),

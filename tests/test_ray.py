@@ -521,5 +521,7 @@ def test_workers_killed_before_their_first_record_are_counted_and_so_are_their_c
     assert run_manifest["ray"]["retried_shards"] >= 1
     spend = run_manifest["spend"]
     assert 0 <= len(server.billed) - spend["requests"] <= 2 * 4
-    assert run_manifest["counts"]["attempts"] == len(server.requests) - \
-        (len(server.billed) - spend["requests"])  # every attempt on record but those of the calls in flight
+    # every attempt on record but those of the calls in flight when the workers died: the answered ones not on
+    # record, and any the server was still answering (seen, never billed)
+    unrecorded = len(server.requests) - run_manifest["counts"]["attempts"]
+    assert len(server.billed) - spend["requests"] <= unrecorded <= 2 * 4

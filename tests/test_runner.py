@@ -1,8 +1,9 @@
 """The runner: failures recorded and retried on resume, nothing paid twice, provider faults survived,
-request limits kept, keys never written, Ctrl-C stops cleanly."""
+request limits kept, keys never written, Ctrl-C stops cleanly; a run open for items that come one at a time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,8 +20,8 @@ from langchain_core.messages import BaseMessage
 
 from jurygraph import EvalItem, JuryContext, create_chateval
 from jurygraph.llm.limits import ProviderGates, ProviderLimit, parse_limits
-from jurygraph.running.rundir import read_results
-from jurygraph.running.runner import RunAborted, run
+from jurygraph.running.rundir import read_manifest, read_results
+from jurygraph.running.runner import RunAborted, open_run, run
 from jurygraph.testing import FakeJudge, pairwise_reply
 from jurygraph.testing.fake_server import Faults, prompt_of
 
@@ -312,3 +313,39 @@ def test_a_kill_between_a_nodes_writes_and_its_checkpoint_resumes_instead_of_res
     assert summary.done == 1
     assert [c.prompt.split("clear, ")[-1].split(" !")[0] for c in second.calls] == ["General Public", "Critic"]
     assert len(graph.get_state(config).values["histories"]["Critic"]) == 4  # not doubled by a restart
+
+
+def test_an_open_run_takes_its_items_one_at_a_time_and_continues_a_run(tmp_path: Path) -> None:
+    """running.runner.open_run, the seam an evaluator inside another harness judges through: the runner's own
+    steps for items that come one at a time, on a run directory `run()` began (and `run()` may continue)."""
+    judge = FakeJudge(respond=respond)
+    context = JuryContext(default=judge)
+    run(create_chateval(), items(3), out_dir=tmp_path, context=context, progress=False,
+        manifest={"protocol": "chateval"})
+    sent = len(judge.calls)
+
+    async def asked_for(*wanted: EvalItem) -> list[dict]:
+        async with open_run(create_chateval(), tmp_path, context=context, manifest={"protocol": "chateval"},
+                            same_run=("protocol",)) as opened:
+            return [await opened.judge(item) for item in wanted]
+
+    more = items(5)
+    again, new = asyncio.run(asked_for(more[1], more[4]))
+    assert again == next(r for r in read_results(tmp_path) if r["id"] == "q1")  # from its record, nothing sent
+    assert new["status"] == "ok" and len(judge.calls) == sent + 4  # q4: 2 referees x 2 turns
+    manifest = read_manifest(tmp_path)
+    assert len(manifest["invocations"]) == 2 and manifest["invocations"][1]["counts"]["skipped"] == 1
+    assert (manifest["counts"]["items"], manifest["counts"]["done"]) == (4, 4)
+    assert manifest["counts"]["requests"] == len(judge.calls) == 16
+
+    async def another_protocol() -> None:
+        async with open_run(create_chateval(), tmp_path, context=context, manifest={"protocol": "debate"},
+                            same_run=("protocol",)):
+            pass
+
+    with pytest.raises(ValueError, match=r"holds another run: protocol chateval \(given: debate\)"):
+        asyncio.run(another_protocol())
+    summary = run(create_chateval(), more, out_dir=tmp_path, context=context, resume=True, progress=False,
+                  manifest={"protocol": "chateval"})
+    assert (summary.done, summary.skipped) == (1, 4)  # q3 only
+    assert sorted(r["id"] for r in read_results(tmp_path)) == ["q0", "q1", "q2", "q3", "q4"]

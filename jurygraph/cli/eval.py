@@ -16,7 +16,6 @@ from jurygraph.cli import costs
 from jurygraph.cli.options import add_model_arguments, check_gen_options, context_from_args, key_values
 from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
-    accepted_options,
     add_protocol_arguments,
     build_protocol,
     check_conversations,
@@ -27,6 +26,7 @@ from jurygraph.cli.protocols import (
     option_values,
     protocol_spec,
 )
+from jurygraph.graphs.calibration import accepted_options
 from jurygraph.graphs.registry import resolve_name, short_name
 from jurygraph.judging.items import Scale
 from jurygraph.llm.cache_postgres import is_postgres_url

@@ -7,7 +7,8 @@ protocol.
 Defaults that depend on the data are decided once it is loaded (:func:`build_protocol`'s ``tasks``): a protocol
 whose spec asks for ChatEval's position calibration judges pairwise data in both orders (``--calibrate bpc``)
 whatever the source of the rows, unless ``--no-calibrate`` or another calibration is given. ``--calibrate`` wraps
-whichever pairwise protocol was chosen (:func:`calibrate_setup`, or the protocol's own calibration).
+whichever pairwise protocol was chosen, or runs the protocol's own calibration; both the default and the wrapping
+are decided in the graphs layer (:mod:`jurygraph.graphs.calibration`), which :mod:`jurygraph.evaluators` asks too.
 ``--per-turn`` (``CONVERSATION_OPTIONS``, read by every protocol, with ``--rubric``, ``--max-context-tokens`` and
 ``--turn-aggregate``) judges each assistant turn of a conversation item (:func:`turns_setup`); which conversation
 items a protocol has templates for is its spec's (``ProtocolSpec.conversations``, :func:`check_conversations`).
@@ -28,7 +29,7 @@ from langgraph.graph import StateGraph
 from jurygraph.cli.preflight import UsageError
 from jurygraph.cli.trajectory import add_trajectory_arguments, trajectory_setup
 from jurygraph.graphs import calibration
-from jurygraph.graphs.calibration import NO_CALIBRATE, calibrate
+from jurygraph.graphs.calibration import accepted_options, calibrated, position_defaults, wrapped
 from jurygraph.graphs.escalation import ESCALATION, route_doubtful
 from jurygraph.graphs.registry import (
     DEFAULT,
@@ -125,18 +126,6 @@ def flag_options() -> list[Option]:
     own = [o for spec in specs if spec.calibration for o in spec.calibration.options]
     listed = listed_options(specs)
     return [*listed, *[o for o in dict.fromkeys([*calibration.OPTIONS, *own]) if o not in listed]]
-
-
-def accepted_options(spec: ProtocolSpec) -> dict[str, Option]:
-    """Every option ``spec`` reads: its own, ``--no-calibrate`` with ChatEval's position calibration, and the
-    calibrations' when it judges pairwise data."""
-    found = {o.name: o for o in spec.options}
-    if spec.position_calibration:
-        found.setdefault(NO_CALIBRATE.name, NO_CALIBRATE)
-    if spec.pairwise:
-        for option in [*calibration.OPTIONS, *(spec.calibration.options if spec.calibration else ())]:
-            found.setdefault(option.name, option)
-    return found
 
 
 def protocol_spec(name: str) -> ProtocolSpec:
@@ -294,18 +283,12 @@ def _task(args: argparse.Namespace, tasks: set[str] | None = None) -> str | None
     return getattr(args, "task", None) or task_of(getattr(args, "dataset", None))
 
 
-def position_defaults(spec: ProtocolSpec, values: dict[str, Any], args: argparse.Namespace, task: str | None) -> None:
-    """ChatEval "employ[s] position calibration techniques in both single-agent and multi-agent settings"
-    (§3.2): each pairwise item is judged in both orders and the scores combined, as its scoring script sums
-    each assistant's scores over the referees and both orders. So a protocol whose spec asks for it
-    (``position_calibration``) applies FairEval's BPC (``--calibrate bpc``) to pairwise data unless another
-    calibration is asked for or ``--no-calibrate`` keeps one order. Decided on the loaded data, whatever its
-    source (a built-in dataset, a file in its layout or MT-Bench's, a table with ``--task pairwise``); a factory
-    called from Python is never wrapped. Recorded in ``args`` too, so the run's manifest says what ran."""
-    if not spec.position_calibration or task != TaskKind.PAIRWISE or values.get("calibrate") is not None \
-            or values.get("no_calibrate"):
-        return
-    chosen = {"calibrate": "bpc", **(spec.calibration.position_defaults if spec.calibration else {})}
+def _position_defaults(spec: ProtocolSpec, values: dict[str, Any], args: argparse.Namespace,
+                       task: str | None) -> None:
+    """The calibration a protocol takes by default on the loaded data (ChatEval's position calibration: ``--calibrate
+    bpc`` on pairwise items, whatever their source; :func:`~jurygraph.graphs.calibration.position_defaults`
+    decides), in ``values`` and in ``args`` too, so the run's manifest says what ran."""
+    chosen = position_defaults(spec, values, task)
     values.update(chosen)
     for name, value in chosen.items():
         if hasattr(args, name):
@@ -318,17 +301,6 @@ def calibration_factor(params: dict[str, Any]) -> int:
     return (int(params.get("mec_k") or 1) if "mec" in mode else 1) * (2 if "bpc" in mode else 1)
 
 
-def calibrate_setup(setup: ProtocolSetup, mode: str, values: dict[str, Any], *,
-                    recorded: dict[str, Any] | None = None) -> ProtocolSetup:
-    """``--calibrate {bpc,mec,bpc+mec}``: the chosen protocol's graph wrapped with :func:`calibrate`;
-    ``recorded``: more parameters for the manifest (the protocol's own calibration options)."""
-    graph = calibrate(setup.graph, mode, k=values["mec_k"], temperature=values["mec_temperature"])
-    params = {**setup.params, "calibrate": mode, **(recorded or {})}
-    if "mec" in mode:
-        params.update(mec_k=values["mec_k"], mec_temperature=values["mec_temperature"])
-    return ProtocolSetup(graph, setup.models, params, setup.every_agent_has_a_model, setup.spec)
-
-
 def _calibrated(setup: ProtocolSetup, built: Built, spec: ProtocolSpec, values: dict[str, Any],
                 args: argparse.Namespace, task: str | None) -> ProtocolSetup:
     mode = values.get("calibrate", getattr(args, "calibrate", None))  # given to a protocol that cannot take it: said
@@ -339,14 +311,8 @@ def _calibrated(setup: ProtocolSetup, built: Built, spec: ProtocolSpec, values: 
     if task is not None and task != TaskKind.PAIRWISE:
         raise ValueError(f"--calibrate {mode} needs a pairwise dataset (e.g. faireval); "
                          f"{getattr(args, 'dataset', None) or 'this dataset'} holds {task} items")
-    if spec.calibration is None:
-        return calibrate_setup(setup, mode, values)
-    own = spec.calibration.build(Built(setup.graph, dict(setup.params), built.models, built.every_agent_has_a_model),
-                                 mode, values)
-    if own is None:  # the protocol's own graph wrapped, its calibration's options recorded
-        return calibrate_setup(setup, mode, values,
-                               recorded={o.name: values[o.name] for o in spec.calibration.options})
-    return _setup(own, spec, args)
+    return _setup(calibrated(Built(setup.graph, dict(setup.params), built.models, built.every_agent_has_a_model),
+                             spec, mode, values), spec, args)
 
 
 def _setup(built: Built, spec: ProtocolSpec, args: argparse.Namespace) -> ProtocolSetup:
@@ -374,7 +340,7 @@ def build_protocol(args: argparse.Namespace, tasks: set[str] | None = None) -> P
     spec = protocol_spec(args.protocol)
     values = option_values(spec, args)
     task = _task(args, tasks)
-    position_defaults(spec, values, args, task)
+    _position_defaults(spec, values, args, task)
     setup = _assembled(spec, values, args, task)
     longest = spec.most_values(values) if spec.most_values is not None else None
     if longest:
@@ -527,9 +493,9 @@ def escalation_setup(setup: ProtocolSetup, spec: ProtocolSpec, values: dict[str,
         what = {"protocol": f"{args.protocol} single agent"}
     mode = setup.params.get("calibrate")
     if mode:
-        calibrated = calibrate_setup(ProtocolSetup(graph), str(mode), values)
-        graph = calibrated.graph
-        plan = plan * calibration_factor(calibrated.params) if plan is not None else None
+        around = wrapped(Built(graph, {}), str(mode), values)
+        graph = around.graph
+        plan = plan * calibration_factor(around.params) if plan is not None else None
         what["calibrate"] = str(mode)
     return ProtocolSetup(graph, {}, what, escalation_graph=graph, escalation_plan=plan)
 

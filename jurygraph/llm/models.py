@@ -206,12 +206,17 @@ class ModelSpec(BaseModel):
             )
         from langchain_google_genai import ChatGoogleGenerativeAI
 
-        # google-genai counts attempts, the first included (and reads 0 as "its default of 5"): retries + 1
+        from jurygraph.llm.transport import HttpxTransport
+
+        # google-genai counts attempts, the first included (and reads 0 as "its default of 5"): retries + 1.
+        # Our transport keeps its async calls on httpx, where the hook counts them: given none, google-genai sends
+        # them through aiohttp whenever aiohttp is installed (inspect_ai, MLflow and many more bring it)
         return ChatGoogleGenerativeAI(  # type: ignore[call-arg]
             model=self.model, google_api_key=key or "not-needed", base_url=base_url,
             temperature=self.temperature, max_output_tokens=self.max_tokens, timeout=self.timeout,
             max_retries=self.max_retries + 1,
-            client_args={"event_hooks": {"request": [count]}, **({"params": query} if query else {})},
+            client_args={"event_hooks": {"request": [count]}, "transport": HttpxTransport(base_url),
+                         **({"params": query} if query else {})},
         )
 
     def check_key(self) -> None:

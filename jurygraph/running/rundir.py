@@ -199,6 +199,16 @@ class BudgetInfo(_Section):
     overrun: dict[str, Any] | None = None
 
 
+class EvaluatorInfo(_Section):
+    """A run whose items an evaluator inside another harness judged (:mod:`jurygraph.evaluators`): their task, the
+    aspect a score task rates, the built-in benchmark whose templates they use, the scale."""
+
+    task: str | None = None
+    aspect: str | None = None
+    dataset: str | None = None
+    scale: list[float] | None = None
+
+
 class RunManifest(_Section):
     """``manifest.json``: what defines the run, its totals over every invocation, and each invocation's own.
 
@@ -236,11 +246,12 @@ class RunManifest(_Section):
     batches: list[dict[str, Any]] | None = None
     ray: dict[str, Any] | None = None
     workers: list[dict[str, Any]] | None = None
+    evaluator: EvaluatorInfo | None = None
     invocations: list[Invocation] = Field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """The manifest as written: every field, but the sections of a kind of run this one is not (budget, batches,
-        ray, workers) left out while empty."""
+        ray, workers, evaluator) left out while empty."""
         data = self.model_dump(mode="json")
         for name in _ONLY_WHEN_SET:
             if data.get(name) is None:
@@ -294,7 +305,7 @@ class RunManifest(_Section):
         return manifest
 
 
-_ONLY_WHEN_SET = ("budget", "batches", "ray", "workers")
+_ONLY_WHEN_SET = ("budget", "batches", "ray", "workers", "evaluator")
 
 
 def read_manifest(out_dir: str | Path) -> dict[str, Any] | None:
