@@ -24,6 +24,7 @@ from jurygraph.graphs.single import create_single_agent
 from jurygraph.graphs.wiring import (
     branch_when,
     chain,
+    copied,
     edges_of,
     exit_when,
     insert_after,
@@ -43,6 +44,7 @@ __all__ = [
     "branch_when",
     "calibrate",
     "chain",
+    "copied",
     "create_analyze_rate",
     "create_chateval",
     "create_chateval_devil",

@@ -402,6 +402,7 @@ SPEC = ProtocolSpec(
     options=OPTIONS,
     build=_build,
     tasks=("pairwise", "score"),
+    conversations=("pairwise", "score"),
     plan=_plan,
     bounds=_bounds,
     position_calibration=True,

@@ -199,6 +199,7 @@ SPEC = ProtocolSpec(
     options=OPTIONS,
     build=_build,
     tasks=("score",),
+    conversations=("score",),
     plan=_plan,
     bounds=_bounds,
     signals=lambda params, task: set(),  # one Scorer: no panel to agree or disagree

@@ -84,6 +84,7 @@ SPEC = ProtocolSpec(
                     choices=("mean", "majority"))),
     build=_build,
     tasks=("pairwise", "score"),
+    conversations=("pairwise", "score"),
     plan=lambda params: 2 * panel_size(params),
     position_calibration=True,
     signals=lambda params, task: panel_signals(task, members=panel_size(params)),

@@ -129,6 +129,7 @@ def _signals(params: Params, task: str) -> set[str]:
 def _spec(name: str, factory: Callable[..., StateGraph], help: str, studio: str, order: int) -> ProtocolSpec:
     build = _form_filling(factory)
     return ProtocolSpec(name=name, factory=factory, help=help, options=OPTIONS, build=build, tasks=("score",),
+                        conversations=("score",),
                         plan=_samples, single_agent=lambda values: build(values).graph,
                         single_agent_plan=lambda values: _samples({"samples": values["samples"]}),
                         signals=_signals, studio={studio: lambda: factory()}, order=order)

@@ -259,6 +259,7 @@ SPEC = ProtocolSpec(
     options=OPTIONS,
     build=_build,
     tasks=("score", "choice"),
+    conversations=("score",),
     plan=_plan,
     single_agent=lambda values: create_refer_peer(template=values["refer_template"],
                                                   prompt_file=values["prompt_file"]),

@@ -91,6 +91,7 @@ SPEC = ProtocolSpec(
     options=(NO_CALIBRATE,),
     build=lambda values: Built(create_single_agent(), {}),
     tasks=("pairwise", "score"),
+    conversations=("pairwise", "score"),
     plan=lambda params: 2,
     position_calibration=True,
     # judged in both orders by default, it is ChatEval's single agent that is calibrated, not FairEval's evaluator

@@ -22,6 +22,9 @@ What a spec declares, field by field (every one but ``name`` and ``factory`` has
 - ``build``: how the options' values become the graph (:class:`Built`: the graph, the parameters the run's
   manifest records, model specs the options name). Default: ``factory(**values)``, every value recorded.
 - ``tasks``: the task kinds it judges (``pairwise``, ``score``, ``choice``); other data is refused before a request.
+- ``conversations``: the task kinds whose conversation items (messages, tool calls; ``EvalItem.messages``) it has
+  templates for; such items of another kind are refused before a request. Default None: not declared, not checked
+  (a protocol composed of the built-in nodes judges what they render).
 - ``plan`` / ``bounds``: the most requests one item can cost (every format re-ask included), and what gives the
   fewest and the most when it may stop early. Without a ``plan`` the count comes from the graph itself: the dry
   run's scripted panel (never agreeing, every critic objecting) judges one item, and each judging call may be
@@ -186,6 +189,7 @@ class ProtocolSpec:
     options: tuple[Option, ...] = ()
     build: Callable[[Params], Built] | None = None
     tasks: tuple[str, ...] = TASKS
+    conversations: tuple[str, ...] | None = None
     plan: Callable[[Params], int] | None = None
     bounds: Callable[[Params], tuple[str, str] | None] | None = None
     most_values: Callable[[Params], Mapping[str, Any]] | None = None
@@ -203,6 +207,10 @@ class ProtocolSpec:
         unknown = set(self.tasks) - set(TASKS)
         if unknown:
             raise ValueError(f"protocol {self.name!r}: unknown task kinds {sorted(unknown)}; choose from {TASKS}")
+        beyond = set(self.conversations or ()) - set(self.tasks)
+        if beyond:
+            raise ValueError(f"protocol {self.name!r}: conversation templates for {sorted(beyond)} items, which it "
+                             f"does not judge (its tasks: {', '.join(self.tasks)})")
         names = [o.name for o in self.options]
         if len(set(names)) != len(names):
             raise ValueError(f"protocol {self.name!r}: an option is declared twice in {names}")

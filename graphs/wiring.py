@@ -13,14 +13,16 @@ each (``notebooks/02_compose_a_strategy.ipynb`` writes such a protocol by hand).
 
 from __future__ import annotations
 
+import copy
 import re
+from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-__all__ = ["END", "START", "branch_when", "chain", "edges_of", "exit_when", "insert_after", "remove_edge",
+__all__ = ["END", "START", "branch_when", "chain", "copied", "edges_of", "exit_when", "insert_after", "remove_edge",
            "replace_edges", "turn_boundaries"]
 
 _TURN = re.compile(r"(?:_t|^round_)(\d+)(?:_g\d+)?$")
@@ -35,6 +37,18 @@ def compile_inner(graph: GraphLike) -> CompiledStateGraph[Any, Any, Any, Any]:
     inherits the wrapper's, namespaced under the item's thread."""
     built = graph() if callable(graph) and not isinstance(graph, StateGraph | CompiledStateGraph) else graph
     return built.compile() if isinstance(built, StateGraph) else built  # type: ignore[union-attr]
+
+
+def copied(builder: StateGraph) -> StateGraph:
+    """A copy of an uncompiled graph that these helpers can edit without editing ``builder`` (they edit in place):
+    its own nodes, edges and branches; the nodes' runnables and the state's schemas are shared, never edited."""
+    new = copy.copy(builder)
+    new.nodes = dict(builder.nodes)
+    new.edges = set(builder.edges)
+    new.branches = defaultdict(dict, {source: dict(found) for source, found in builder.branches.items()})
+    new.waiting_edges = set(builder.waiting_edges)
+    new.schemas, new.channels, new.managed = dict(builder.schemas), dict(builder.channels), dict(builder.managed)
+    return new
 
 
 def edges_of(builder: StateGraph) -> set[tuple[str, str]]:

@@ -4,9 +4,10 @@
 >>> graph = create_chateval(strategy="one-by-one").compile()
 
 The public surface is this module: every name below is imported on first use, so ``import jurygraph`` stays
-cheap. Deeper module paths (``jurygraph.judging.items``...) are the layout, not the interface; the two
-subpackages meant for users besides this one are ``jurygraph.graphs`` (factories and wiring helpers) and
-``jurygraph.testing`` (fake chat models and a fake OpenAI-compatible server).
+cheap. Deeper module paths (``jurygraph.judging.items``...) are the layout, not the interface; the modules meant
+for users besides this one are ``jurygraph.graphs`` (factories and wiring helpers), ``jurygraph.conversations``
+(conversation items and agent trajectories: ``from_thread``, ``match_first``...) and ``jurygraph.testing`` (fake
+chat models and a fake OpenAI-compatible server).
 """
 
 from __future__ import annotations

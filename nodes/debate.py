@@ -36,6 +36,7 @@ from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item, format_n
 from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import render_history
+from jurygraph.nodes.conversation import conversation_slots
 from jurygraph.nodes.geval import RELEASED_SCALES
 from jurygraph.prompts import load_prompt, render, select_template
 
@@ -181,10 +182,14 @@ def frame_task(item: EvalItem, template: str | None = None,
     scale, as released) or the project's own in the G.2 frame (``"jurygraph"``, 1-5). Topical-Chat and other
     items: the project's own in the G.2 frame. A prompt that states its own scale is read on it. ``template``
     replaces the built-in text and may use the slots source_text, summary, generated_text, conversation, fact,
-    response, aspect, aspect_title, aspect_definition, scale, scale_low, scale_high, form_header."""
+    response, aspect, aspect_title, aspect_definition, scale, scale_low, scale_high, form_header (a conversation
+    item: jurygraph's conversation template, with the slots of
+    :func:`jurygraph.nodes.conversation.conversation_slots`)."""
     if item.task is not TaskKind.SCORE:
         raise ValueError(f"item {item.id!r}: DEBATE scores one item on one aspect; {item.task.value} items are "
                          "not supported")
+    if item.conversational:
+        return _conversation_frame(item, template)
     if not item.aspect:
         raise ValueError(f"item {item.id!r}: DEBATE needs the aspect to score (item.aspect)")
     if summeval_templates not in SUMMEVAL_TEMPLATES:
@@ -216,6 +221,19 @@ def frame_task(item: EvalItem, template: str | None = None,
     task = render(template if template is not None else load_prompt(builtin), **slots)
     answer_form = render(debate_prompt("answer_form"), **slots)
     title = slots["aspect_title"]
+    form = AnswerForm(TaskKind.SCORE, answer_form, scale=scale, labels=(title, f"{title} ({scale})"))
+    return DebateFrame(task, title, scale, answer_form, form, load_prompt(tie_breaker))
+
+
+def _conversation_frame(item: EvalItem, template: str | None) -> DebateFrame:
+    """P = C(T, A) for a conversation item: jurygraph's conversation template, the rubric of its aspect."""
+    slots = conversation_slots(item, scale=scale_of(item, None))
+    where = {"task": TaskKind.SCORE.value, "conversation": True}
+    builtin, tie_breaker = select_template("debate", **where), select_template("debate-tie-breaker", **where)
+    assert builtin is not None and tie_breaker is not None  # the table has conversation templates for DEBATE
+    task = render(template if template is not None else load_prompt(builtin), **slots)
+    answer_form = render(debate_prompt("answer_form"), **slots)
+    title, scale = slots["aspect_title"], scale_of(item, None)
     form = AnswerForm(TaskKind.SCORE, answer_form, scale=scale, labels=(title, f"{title} ({scale})"))
     return DebateFrame(task, title, scale, answer_form, form, load_prompt(tie_breaker))
 

@@ -19,6 +19,7 @@ from jurygraph.judging.judgments import Judgment
 from jurygraph.judging.state import judgments_of
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import render_history, spoken
+from jurygraph.nodes.conversation import conversation_slots
 from jurygraph.nodes.debate import DEBATE_PARAMS, CriticPersona, NoIssueRule, ends_debate
 from jurygraph.prompts import load_prompt, render
 
@@ -26,7 +27,10 @@ DEVIL = "Devil's Advocate"  # not "Critic": that is one of ChatEval's referee pe
 
 
 def item_text(item: EvalItem) -> str:
-    """The texts under judgment, labelled, as the devil reads them."""
+    """The texts under judgment, labelled, as the devil reads them (a conversation as the referees read it)."""
+    if item.conversational:
+        slots = conversation_slots(item)
+        return f"{slots['conversation']}\n\nAspect: {slots['aspect']} ({slots['judged']})"
     if item.task is TaskKind.PAIRWISE:
         parts = [("Question", item.question), ("Assistant 1", item.response_1), ("Assistant 2", item.response_2)]
     else:

@@ -18,7 +18,8 @@ from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, Scale, TaskKind, as_item
 from jurygraph.judging.judgments import Judgment, pairwise_label
 from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
-from jurygraph.prompts import load_prompt, render
+from jurygraph.nodes.conversation import conversation_slots
+from jurygraph.prompts import load_prompt, render, select_template
 
 FAIREVAL_AGENT = "FairEval"
 FAIREVAL_SCALE = Scale(low=1, high=10)  # "an overall score on a scale of 1 to 10"
@@ -31,10 +32,18 @@ def faireval_messages(item: EvalItem) -> tuple[SystemMessage, HumanMessage, Answ
     if item.task is not TaskKind.PAIRWISE:
         raise ValueError(f"item {item.id!r}: FairEval's evaluator compares two answers (pairwise items), "
                          f"not a {item.task.value} item")
-    rating = load_prompt("faireval/rating")
+    if item.conversational:  # jurygraph's conversation prompt, FairEval's answer form
+        slots = conversation_slots(item, scale=item.scale or FAIREVAL_SCALE)
+        rating = render(load_prompt("faireval/conversation_rating"), **slots)
+        slots["prompt"] = rating
+    else:
+        rating = load_prompt("faireval/rating")
+        slots = {"question": item.question or "", "answer_1": item.response_1 or "",
+                 "answer_2": item.response_2 or "", "prompt": rating}
+    template = select_template("faireval", task=TaskKind.PAIRWISE.value, conversation=item.conversational)
+    assert template is not None  # the table has FairEval's template and its conversation form
     # the released template ends with "\n" after the rating prompt; the loader strips a file's last newline
-    user = render(load_prompt("faireval/user"), question=item.question or "", answer_1=item.response_1 or "",
-                  answer_2=item.response_2 or "", prompt=rating) + "\n"
+    user = render(load_prompt(template), **slots) + "\n"
     reminder = rating[rating.index("Output with the following format:"):]
     form = AnswerForm(TaskKind.PAIRWISE, reminder, scale=item.scale or FAIREVAL_SCALE)
     return SystemMessage(load_prompt("faireval/system")), HumanMessage(user), form

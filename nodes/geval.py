@@ -44,6 +44,7 @@ from jurygraph.judging.judgments import Judgment, Verdict
 from jurygraph.llm.calls import ModelRequest, agent_node, current_context
 from jurygraph.llm.models import ResolvedModel
 from jurygraph.nodes.common import node_id, spoken
+from jurygraph.nodes.conversation import conversation_slots
 from jurygraph.prompts import load_prompt, render, select_template
 
 Style = Literal["geval", "analyze-rate"]
@@ -88,6 +89,8 @@ class FormFillingTemplate:
                              f"not {item.task.value} items")
         if self.style not in FORMS:
             raise ValueError(f"unknown evaluation form {self.style!r}; choose one of {', '.join(FORMS)}")
+        if item.conversational:
+            return self._conversation(item)
         aspect_name = item.aspect or "overall quality"
         aspect = get_aspect(item.dataset, item.aspect) if item.aspect else None
         scale = scale_of(item, aspect)
@@ -108,6 +111,18 @@ class FormFillingTemplate:
                         source_text=item.source or "", fact=item.context or "", generated_text=item.response,
                         evaluation_form=form_text, form_header=form_text.partition("\n")[0])
         return prompt.rstrip(), AnswerForm(TaskKind.SCORE, form_text, scale=scale, labels=(title, aspect_name))
+
+    def _conversation(self, item: EvalItem) -> tuple[str, AnswerForm]:
+        """A conversation item: jurygraph's conversation prompt in G-Eval's structure, the rubric of its aspect."""
+        scale = scale_of(item, None)
+        slots = conversation_slots(item, scale=scale)
+        title = slots["aspect_title"]
+        form_text = render(load_prompt(FORMS[self.style]), aspect_title=title)
+        name = select_template("geval", task=TaskKind.SCORE.value, conversation=True)
+        assert name is not None  # the table has a conversation template for G-Eval
+        prompt = render(self.template or load_prompt(name), **slots, evaluation_form=form_text,
+                        form_header=form_text.partition("\n")[0])
+        return prompt.rstrip(), AnswerForm(TaskKind.SCORE, form_text, scale=scale, labels=(title, slots["aspect"]))
 
     def _name(self, dataset: str | None, aspect: str) -> str | None:
         """The built-in prompt's name from the table of templates (the 1-5 fluency variant on request)."""

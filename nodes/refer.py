@@ -28,6 +28,7 @@ from jurygraph.judging.reasoning import agreement, format_options, is_correct, o
 from jurygraph.llm.calls import ModelReply, ModelRequest, agent_node
 from jurygraph.llm.models import MissingAPIKey
 from jurygraph.nodes.common import render_history, spoken
+from jurygraph.nodes.conversation import conversation_slots
 from jurygraph.prompts import load_json, load_prompt, load_prompt_file, render, select_template
 
 Feedback = Literal["score", "comment", "both"]
@@ -138,7 +139,7 @@ def _template_for(item: EvalItem, template: str | None, prompt_file: str | Path 
     if template is not None:
         return ReferTemplate.named(template)
     key = select_template("refer", task=item.task.value, dataset=canonical(item.dataset) or item.dataset,
-                          aspect=item.aspect)
+                          aspect=item.aspect, conversation=item.conversational)
     if key is not None:
         return ReferTemplate.named(key)
     # CSQA's prompt is the least domain-specific of the option prompts; GSM8k's asks for a number
@@ -146,7 +147,15 @@ def _template_for(item: EvalItem, template: str | None, prompt_file: str | Path 
 
 
 def item_slots(item: EvalItem, tpl: ReferTemplate) -> dict[str, Any]:
-    """Every slot a ReFeR template may use, from the item (each filled once, verbatim)."""
+    """Every slot a ReFeR template may use, from the item (each filled once, verbatim); a conversation item's
+    also those of :func:`jurygraph.nodes.conversation.conversation_slots` (its aspect and label the rubric's)."""
+    if item.conversational:
+        slots = conversation_slots(item, scale=item.scale or tpl.scale)
+        return {**_text_slots(item, tpl), **slots, "label": slots["aspect_title"]}
+    return _text_slots(item, tpl)
+
+
+def _text_slots(item: EvalItem, tpl: ReferTemplate) -> dict[str, Any]:
     aspect_name = item.aspect or tpl.label
     aspect = get_aspect(item.dataset, item.aspect) if item.aspect else None
     scale = item.scale or tpl.scale or (aspect.scale if aspect else None)
@@ -165,11 +174,11 @@ def item_slots(item: EvalItem, tpl: ReferTemplate) -> dict[str, Any]:
         # BBH's prompt has no options slot: its questions carry them, so given options go with the question
         question = f"{question}\n{format_options(item.options)}"
     parts = [("Input", item.source), ("Context", item.context), ("Question", item.question),
-             ("Response", item.response), ("Reference", item.reference)]
+             ("Response", item.response), ("Reference", item.reference_text)]
     return {
         "source": item.source or "", "context": item.context or "", "response": item.response or "",
         "question": question, "options": format_options(item.options) if item.options else "",
-        "reference": item.reference or "", "aspect": aspect_name, "label": tpl.label if tpl.label != "Rating"
+        "reference": item.reference_text or "", "aspect": aspect_name, "label": tpl.label if tpl.label != "Rating"
         else title, "criteria": criteria, "steps": steps, "scale": scale_text,
         "input": "\n\n".join(f"{name}: {text}" for name, text in parts if text),
     }

@@ -16,6 +16,7 @@ from jurygraph.judging.extraction import AnswerForm
 from jurygraph.judging.items import EvalItem, TaskKind, as_item, format_number
 from jurygraph.llm.calls import ModelRequest, agent_node
 from jurygraph.nodes.common import node_id, render_history, spoken
+from jurygraph.nodes.conversation import conversation_slots
 from jurygraph.nodes.faireval import FAIREVAL_SCALE
 from jurygraph.prompts import load_json, load_prompt, render, select_template
 
@@ -58,6 +59,8 @@ class ChatEvalTemplate:
 
     def frame(self, item: EvalItem) -> tuple[str, str, AnswerForm, dict[str, Any]]:
         """(template, final-turn answer form text, how to read it, the item's slots)."""
+        if item.conversational and item.task in (TaskKind.PAIRWISE, TaskKind.SCORE):
+            return self._conversation_frame(item)
         if item.task is TaskKind.PAIRWISE:
             final = self.final_prompt or load_prompt(self._name("final_pairwise"))
             slots = {"source_text": item.question, "compared_text_one": item.response_1,
@@ -91,10 +94,25 @@ class ChatEvalTemplate:
         form = AnswerForm(TaskKind.SCORE, final, scale=scale, labels=(aspect_name, f"the score of the {target}"))
         return self.template or load_prompt(self._builtin(TaskKind.SCORE, aspect)), final, form, slots
 
-    def _builtin(self, task: TaskKind, aspect: Aspect | None) -> str:
+    def _conversation_frame(self, item: EvalItem) -> tuple[str, str, AnswerForm, dict[str, Any]]:
+        """A conversation item's frame: jurygraph's conversation templates, the rubric of its aspect."""
+        pairwise = item.task is TaskKind.PAIRWISE
+        scale = item.scale or FAIREVAL_SCALE if pairwise else scale_of(item, None)
+        slots = conversation_slots(item, scale=scale)
+        if pairwise:
+            final = self.final_prompt or load_prompt(self._name("final_pairwise"))
+            form = AnswerForm(TaskKind.PAIRWISE, final, scale=scale)
+        else:
+            final = self.final_prompt or render(load_prompt(self._name("final_score")), aspect=slots["aspect"],
+                                                target="assistant")
+            form = AnswerForm(TaskKind.SCORE, final, scale=scale,
+                              labels=(slots["aspect"], "the score of the assistant"))
+        return self.template or load_prompt(self._builtin(item.task, None, conversation=True)), final, form, slots
+
+    def _builtin(self, task: TaskKind, aspect: Aspect | None, *, conversation: bool = False) -> str:
         """The built-in template's name for the item, from the table of templates."""
         name = select_template("chateval-single" if self.single else "chateval", task=task.value,
-                               dataset=aspect.dataset if aspect else None)
+                               dataset=aspect.dataset if aspect else None, conversation=conversation)
         assert name is not None  # the table has one for every pairwise and score item
         return name
 

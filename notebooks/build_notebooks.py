@@ -694,6 +694,161 @@ assert single.labels.accuracy == 0.75 and single.labels.n == 40
 ]
 
 
+AGENT_THREADS = [
+    md("""
+# 6 · Judge your LangGraph agent: its threads as items
+
+What you most often need judged is not one answer but an agent's run: the user's request, the tools it called
+with which arguments, what they returned, and its answer. jurygraph reads such runs straight from the agent's
+checkpoints (`jurygraph.conversations.from_thread`) and judges them with any protocol; a cheap tool-call match
+against a reference can decide the clear cases first.
+
+Here: a small LangGraph agent with a scripted chat model (it calls a weather tool; for Oslo it misspells the
+city), run on five tasks with a real SQLite checkpointer.
+"""),
+    code("""
+import re
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from jurygraph.testing import FakeAgentModel
+
+
+@tool
+def weather(city: str) -> str:
+    \"\"\"Today's weather in a city.\"\"\"
+    return f"sunny in {city}" if city != "Olso" else "error: no such city 'Olso'"
+
+
+def act(messages) -> AIMessage:
+    \"\"\"The scripted model: call the weather tool for the city asked about, then answer from its result.\"\"\"
+    city = re.sub(r"\\W", "", messages[0].content.split()[-1])
+    results = [m for m in messages if isinstance(m, ToolMessage)]
+    if not results:
+        asked = "Olso" if city == "Oslo" else city  # its one mistake
+        return AIMessage("", tool_calls=[{"name": "weather", "args": {"city": asked}, "id": "call-1"}])
+    return AIMessage(f"Today in {city}: {results[-1].content}.")
+
+
+model = FakeAgentModel(act=act)
+builder = StateGraph(MessagesState)
+builder.add_node("agent", lambda state: {"messages": [model.bind_tools([weather]).invoke(state["messages"])]})
+builder.add_node("tools", ToolNode([weather]))
+builder.add_edge(START, "agent")
+builder.add_conditional_edges("agent", tools_condition)
+builder.add_edge("tools", "agent")
+
+store = Path(tempfile.mkdtemp()) / "agent.sqlite"
+agent = builder.compile(checkpointer=SqliteSaver(sqlite3.connect(store, check_same_thread=False)))
+TASKS = ["Weather in Paris?", "Weather in Oslo?", "Weather in Lima?", "Weather in Kyoto?", "Weather in Quito?"]
+for i, task in enumerate(TASKS):
+    agent.invoke({"messages": [HumanMessage(task)]}, {"configurable": {"thread_id": f"task-{i}"}})
+print(agent.get_state({"configurable": {"thread_id": "task-1"}}).values["messages"][-1].content)
+"""),
+    md("""
+## A thread as an item: `from_thread`
+
+`from_thread(graph_or_checkpointer, config)` reads the thread's checkpoint history: the conversation as
+OpenAI-style messages (tool calls and results included) and the node names of every superstep (a subgraph's
+nodes too, named with their path). It returns an item's fields: add the task, the scale and the aspect.
+"""),
+    code("""
+from jurygraph import EvalItem
+from jurygraph.conversations import from_thread
+
+fields = from_thread(agent, {"configurable": {"thread_id": "task-1"}})
+for message in fields["messages"]:
+    print(message["role"], message.get("content") or message.get("tool_calls"))
+print("steps:", fields["steps"])
+item = EvalItem(task="score", scale={"low": 1, "high": 10}, aspect="task_completion", **fields)
+assert fields["steps"] == [["agent"], ["tools"], ["agent"]]
+assert item.messages[1].tool_calls[0].arguments == {"city": "Olso"}
+"""),
+    md("""
+## Judge every thread with a ChatEval panel
+
+`load_threads(store)` makes a dataset of the store's threads (the store is only read); the panel is ChatEval's
+two referees discussing for two turns. The fake referees here read the tool results in the prompt: a failed
+tool call earns a low score.
+"""),
+    code("""
+from jurygraph import JuryContext, arun, create_chateval, read_results
+from jurygraph.conversations import load_threads
+from jurygraph.testing import FakeJudge
+
+
+def referee(prompt: str, messages) -> str:
+    failed = "error: no such city" in prompt
+    if "Output with the following format strictly" in prompt:
+        evidence = "the weather tool failed" if failed else "the tool result backs the answer"
+        return f"Evaluation evidence: {evidence}.\\nThe score of the response: {2 if failed else 9}"
+    return "The weather tool failed; the answer repeats the error." if failed else "The tool result backs the answer."
+
+
+out = Path(tempfile.mkdtemp()) / "threads-run"
+threads = load_threads(str(store), aspect="task_completion")
+judge = FakeJudge(respond=referee)
+summary = await arun(create_chateval(), threads, out_dir=out, context=JuryContext(default=judge), progress=False)
+print(summary.line())
+scores = {r["id"]: r["verdict"]["score"] for r in read_results(out)}
+print(scores)
+assert scores == {"task-0": 9.0, "task-1": 2.0, "task-2": 9.0, "task-3": 9.0, "task-4": 9.0}
+"""),
+    md("""
+On the command line the same run is
+`jurygraph eval --from-threads agent.sqlite --protocol chateval --aspect task_completion --model openai:gpt-4o-mini`
+(a `postgresql://` URL works too; `--thread-ids FILE` picks threads; `--resume RUN_DIR` continues a stopped run).
+
+## Open one in `show`
+
+`jurygraph show RUN_DIR ITEM` prints what the panel said about one item: who said what, each judgment and the
+verdict.
+"""),
+    code("""
+from jurygraph.cli import main
+
+assert main(["show", str(out), "task-1"]) == 0
+"""),
+    md("""
+## A cheap first stage: match the tool calls against a reference
+
+When you know which tool calls a task needs, `match_first` puts agentevals' trajectory match (strict,
+unordered, subset or superset) before the panel: a trajectory that matches its reference is decided at once
+(the top of the scale), for no model call; the panel judges the rest (on the command line:
+`--trajectory-match strict`).
+"""),
+    code("""
+from jurygraph.conversations import match_first
+
+
+def reference(task: str) -> list[dict]:
+    city = task.split()[-1].rstrip("?")
+    call = {"id": "call-1", "name": "weather", "arguments": {"city": city}}
+    return [{"role": "user", "content": task}, {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call-1", "content": f"sunny in {city}"},
+            {"role": "assistant", "content": f"Today in {city}: sunny in {city}."}]
+
+
+items = [EvalItem.model_validate({**item.model_dump(), "reference": reference(task)})
+         for item, task in zip(threads.items, TASKS, strict=True)]
+judge.reset()
+matched_out = Path(tempfile.mkdtemp()) / "matched-run"
+await arun(match_first(create_chateval(), "strict"), items, out_dir=matched_out, context=JuryContext(default=judge),
+           progress=False)
+for record in read_results(matched_out):
+    print(record["id"], record.get("decided_by", "panel"), record["verdict"]["score"])
+assert len(judge.calls) == 4  # only task-1 (the misspelt city) went to the panel: 2 referees x 2 turns
+"""),
+]
+
+
 EVALUATORS = [
     md("""
 # 5 · A panel inside LangSmith evaluate and pytest
@@ -883,7 +1038,7 @@ langsmith.stop()
 def main() -> None:
     for name, cells in [("01_quickstart", QUICKSTART), ("02_compose_a_strategy", COMPOSE),
                         ("03_checkpoints", CHECKPOINTS), ("04_metaeval", METAEVAL),
-                        ("05_a_panel_inside_langsmith", EVALUATORS)]:
+                        ("05_a_panel_inside_langsmith", EVALUATORS), ("06_agent_threads", AGENT_THREADS)]:
         nbformat.write(notebook(cells), HERE / f"{name}.ipynb")
 
 

@@ -63,14 +63,18 @@ def render(template: str, /, **slots: object) -> str:
 
 
 def select_template(protocol: str, *, task: str, dataset: str | None = None, aspect: str | None = None,
-                    variant: str | None = None) -> str | None:
+                    variant: str | None = None, conversation: bool = False) -> str | None:
     """Which template ``protocol`` judges an item with, from the one table ``prompts/templates.json`` (or, for a
     protocol it does not list, the protocol's own ``prompts/<protocol>/select.json``, in the same form, so a
     protocol added later keeps its table in its folder): the most specific of ``dataset/aspect/variant``,
     ``dataset/aspect``, ``dataset``, ``task``, ``*`` it has, or None when it has no built-in template for the
-    item. ``dataset`` is a built-in benchmark's canonical name."""
+    item. ``dataset`` is a built-in benchmark's canonical name. ``conversation``: the item is a conversation
+    (messages, tool calls): its template is ``conversation/<task>`` (the rubric, not the dataset, says what is
+    judged)."""
     tables = load_json("templates")
     table = tables[protocol] if protocol in tables else load_json(f"{protocol}/select")
+    if conversation:
+        return str(table[f"conversation/{task}"]) if f"conversation/{task}" in table else None
     keys = [f"{dataset}/{aspect}/{variant}", f"{dataset}/{aspect}"] if dataset and aspect else []
     for key in [*keys[0 if variant else 1:], *([dataset] if dataset else []), task, "*"]:
         if key in table:

@@ -134,3 +134,60 @@ def test_an_item_s_reserve_is_its_own_and_rendering_is_spared_far_from_the_limit
     assert small == first  # the shortest rendered item at least as long: a, not the giant
     meter.paid("x", {"x": {"model": "m", "requests": 1, "input_tokens": 99_000, "output_tokens": 0}})
     assert budget.reserve_for(item("e", 10), meter) is not None and rendered[-1] == "e"  # near the limit: its own
+
+
+def test_a_short_conversation_of_many_turns_is_rendered_not_priced_as_a_long_one_of_few(tmp_path: Path) -> None:
+    """--per-turn judges every assistant turn: a conversation's reserve grows with its turns, not only its text. A
+    short conversation of three turns after a long one of one turn is rendered (a long one's reserve would be a
+    third of what it may spend); one no longer and of no more turns than a rendered one takes its reserve."""
+    from jurygraph.judging.items import EvalItem
+
+    rendered: list[str] = []
+
+    def price(item: EvalItem) -> Spend:  # one judgment per assistant turn, each reading the conversation
+        rendered.append(item.id)
+        turns = sum(m.role == "assistant" for m in item.messages or [])
+        text = sum(len(m.text) for m in item.messages or [])
+        return Spend(requests=turns, input_tokens=turns * (text // 4 + 200), output_tokens=turns * 512)
+
+    def conversation(item_id: str, turns: int, words: int) -> EvalItem:
+        messages = []
+        for k in range(turns):
+            messages += [{"role": "user", "content": f"Question {k}? " + "word " * words},
+                         {"role": "assistant", "content": f"Answer {k}."}]
+        return EvalItem(id=item_id, task="score", messages=messages, scale={"low": 1, "high": 10})
+
+    meter = SpendMeter(Ledger(tmp_path / "ledger.sqlite"), out=tmp_path)
+    budget = Budget(max_total_tokens=10_000_000, price_item=price)
+    long_one = budget.reserve_for(conversation("long", 1, 400), meter)
+    assert long_one is not None and long_one.requests == 1
+    short = conversation("short", 3, 5)
+    assert len(short.model_dump_json(exclude_none=True)) < len(conversation("long", 1, 400).model_dump_json())
+    many = budget.reserve_for(short, meter)
+    assert rendered == ["long", "short"] and many is not None and many.requests > long_one.requests
+    assert many.output_tokens >= 3 * 512
+    # no longer than the long one and of one turn: the long one's reserve
+    assert budget.reserve_for(conversation("one", 1, 100), meter) == long_one and rendered == ["long", "short"]
+    # no longer than the short one and of two turns: the short one's
+    assert budget.reserve_for(conversation("two", 2, 3), meter) == many and rendered == ["long", "short"]
+
+
+def test_an_item_whose_rendering_sends_nothing_starts_and_lends_its_nothing_to_no_other(tmp_path: Path) -> None:
+    """An item a trajectory match decides before the panel sends no request: its reserve is nothing, so a budget
+    never holds it back (before, its 0-request rendering read as "cannot be rendered" and, with no other item's
+    known, the item was held back); and an item no longer than it does not take its reserve of nothing."""
+    from jurygraph.judging.items import EvalItem
+
+    def price(item: EvalItem) -> Spend:
+        return Spend() if item.id.startswith("matched") else Spend(requests=2, input_tokens=300, output_tokens=100)
+
+    def item(item_id: str, words: int) -> EvalItem:
+        return EvalItem(id=item_id, task="score", response="word " * words, scale={"low": 1, "high": 5})
+
+    meter = SpendMeter(Ledger(tmp_path / "ledger.sqlite"), out=tmp_path)
+    budget = Budget(max_total_tokens=100_000, price_item=price)
+    nothing = budget.reserve_for(item("matched", 100), meter)
+    assert nothing == Spend() and budget.fits_alone(nothing) and budget.admits(meter, nothing)
+    budget.started("matched")
+    shorter = budget.reserve_for(item("shorter", 10), meter)
+    assert shorter is not None and shorter.requests == round(2 * 1.25)

@@ -12,7 +12,16 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from jurygraph import EvalItem, JuryContext, Referee, create_chateval, judgments_of, verdict_of
-from jurygraph.graphs import ChatEvalState, remove_edge, replace_edges, wire_turns
+from jurygraph.graphs import (
+    ChatEvalState,
+    branch_when,
+    copied,
+    edges_of,
+    insert_after,
+    remove_edge,
+    replace_edges,
+    wire_turns,
+)
 from jurygraph.llm.models import JuryContext as Ctx
 from jurygraph.nodes.aggregator import make_aggregator_node
 from jurygraph.nodes.referee import chateval_personas
@@ -250,6 +259,20 @@ def test_custom_wiring_critic_speaks_last_every_turn() -> None:
     assert verdict_of(out).n_judgments == 3  # type: ignore[union-attr]
     with pytest.raises(KeyError, match="no edge"):
         remove_edge(builder, START, "critic_t1")
+
+
+def test_a_copied_builder_is_edited_alone() -> None:
+    """The wiring helpers edit a builder in place; ``copied`` gives one to edit while the original stays as it was
+    (the command line counts a protocol's plan on its panel before the trajectory match and the routes edit it)."""
+    original = create_chateval()
+    nodes, edges = set(original.nodes), edges_of(original)
+    edited = copied(original)
+    insert_after(edited, "aggregate", "note", lambda state: {})
+    branch_when(edited, "note", [("done", lambda state: True, END)])
+    assert "note" in edited.nodes and "note" in edited.branches
+    assert set(original.nodes) == nodes and edges_of(original) == edges and "note" not in original.branches
+    model = FakeJudge(respond=scripted())
+    assert verdict_of(run(original, model)) == verdict_of(run(edited, FakeJudge(respond=scripted())))
 
 
 def test_custom_wiring_sub_panels_talk_simultaneously_then_one_by_one() -> None:

@@ -56,7 +56,7 @@ def test_benchmark_layouts_load_from_any_path(tmp_path: Path) -> None:
     path.write_text(json.dumps(rows[:3]))
     dataset = load_dataset(path)
     assert dataset.name == "faireval" and len(dataset) == 3
-    with pytest.raises(DatasetError, match="not a FairEval, SummEval or Topical-Chat layout"):
+    with pytest.raises(DatasetError, match="not a FairEval, SummEval, Topical-Chat, MT-Bench or LangSmith-export"):
         (tmp_path / "odd.json").write_text(json.dumps([{"x": 1}]))
         load_dataset(tmp_path / "odd.json")
     with pytest.raises(DatasetError, match="no such file"):

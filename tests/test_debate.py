@@ -289,7 +289,9 @@ def test_mermaid_diagram(tie: bool, snapshot) -> None:
 def test_every_debate_prompt_file_says_where_it_comes_from() -> None:
     folder = Path(jurygraph.prompts.__file__).parent / "debate"
     files = sorted(folder.glob("*.txt"))
-    assert len(files) == 28  # 27 from the paper and devil_chateval.txt (jurygraph's own, issue 14)
+    # 27 from the paper, devil_chateval.txt (jurygraph's own, issue 14), conversation.txt and
+    # tie_breaker_conversation.txt (jurygraph's own, issue 31)
+    assert len(files) == 30
     for path in files:
         header = path.read_text(encoding="utf-8").splitlines()[0]
         assert header.startswith("#: ") and len(header) > 40, path.name

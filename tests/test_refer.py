@@ -251,7 +251,10 @@ def test_resume_after_the_area_chair_failed_does_not_ask_the_peers_again(sqlite_
 @pytest.mark.parametrize("key", [k for k in load_json("refer/templates") if not k.startswith("_") and k != "custom"])
 def test_every_template_renders_every_slot_and_names_its_source(key: str) -> None:
     tpl = ReferTemplate.named(key)
-    if tpl.answer == "score":
+    if key == "conversation":  # conversation items (issue 31)
+        item = EvalItem(id="i", task="score", scale={"low": 1, "high": 5}, messages=[
+            {"role": "user", "content": "SRC"}, {"role": "assistant", "content": "RESP"}])
+    elif tpl.answer == "score":
         dataset, _, aspect = key.partition("/")
         item = EvalItem(id="i", task="score", dataset=dataset, aspect=aspect or None, source="SRC", context="CTX",
                         response="RESP", scale=tpl.scale or {"low": 1, "high": 5})

@@ -30,6 +30,7 @@ from jurygraph.running.estimate import (
     by_model_json,
     costs_shape,
     estimate,
+    per_item_shape,
     reply_lengths,
     requests_shape,
     wall_time,
@@ -239,7 +240,7 @@ def _report(result: Estimate, setup: ProtocolSetup, args: argparse.Namespace, co
         out[key] = requests_shape(result.total(key, "fewest"), result.total(key, "most"))
     out["cost_usd"] = costs_shape(result)
     out["cost_usd_batch"] = costs_shape(result, batch=True)
-    out["requests_per_item"] = requests_shape(result.per_item("requests", "fewest"), result.per_item("requests"))
+    out["requests_per_item"] = per_item_shape(result.per_item("requests", "fewest"), result.per_item("requests"))
     out["requests_per_item_with_reasks"] = setup.requests_per_item(sample, context)
     if bounds and result.bounded:
         out["bounds"] = {"min": bounds[0], "max": bounds[1]}

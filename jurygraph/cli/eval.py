@@ -18,6 +18,7 @@ from jurygraph.cli.preflight import UsageError, check_models, validate_numbers
 from jurygraph.cli.protocols import (
     add_protocol_arguments,
     build_protocol,
+    check_conversations,
     check_doubt_signals,
     check_options,
     check_ranges,
@@ -28,13 +29,15 @@ from jurygraph.cli.protocols import (
 from jurygraph.graphs.calibration import accepted_options
 from jurygraph.graphs.registry import resolve_name, short_name
 from jurygraph.judging.items import Scale
+from jurygraph.llm.cache_postgres import is_postgres_url
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
-from jurygraph.llm.redact import MASK, redact_text, redact_values
-from jurygraph.running.datasets import load_dataset
+from jurygraph.llm.redact import MASK, redact_text, redact_url, redact_values
+from jurygraph.running.datasets import Dataset, load_dataset
 from jurygraph.running.distributed import INSTALL_HINT, RayOptions
 from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
 from jurygraph.running.runner import RunAborted, RunSummary, run
+from jurygraph.running.threads import load_threads, read_thread_ids
 
 # Options that only shape how a run executes: a resume may change them (each invocation is recorded in the
 # manifest). Every other option of `eval` defines the run -- protocol options added later included -- so a
@@ -54,22 +57,32 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of ``eval``: the protocol's, the data's, the models' and the run's."""
     add_protocol_arguments(parser)
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", help="faireval, summeval, topical-chat, or a file (.json in their layouts, "
-                                        ".jsonl/.csv with --task and --map)")
+    data.add_argument("--dataset", help="faireval, summeval, topical-chat, or a file: .json in their layouts, "
+                                        "MT-Bench's human judgments or a LangSmith run export (.json or .jsonl, "
+                                        "recognised from their fields), .jsonl/.csv tables with --task and --map")
     data.add_argument("--task", choices=("pairwise", "score", "choice"), help="task kind of a JSONL/CSV dataset")
-    data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...)")
+    data.add_argument("--aspect", help="aspect to score (SummEval: coherence...; Topical-Chat: naturalness...); for "
+                                       "conversations, score or pairwise, the rubric: helpfulness (default), "
+                                       "tool_use, task_completion, safety")
     data.add_argument("--map", dest="mapping", action="append", metavar="FIELD=COLUMN",
                       help="JSONL/CSV column mapping, e.g. --map question=prompt --map human.label=winner; "
                            "FIELD[VALUE]=NEW recodes a cell, e.g. --map 'human.label[gpt-4]=1'")
     data.add_argument("--scale", metavar="LOW-HIGH",
-                      help="JSONL/CSV score data: the rating scale of every row without scale_low/scale_high "
-                           "columns, e.g. --scale 1-5")
+                      help="score data that gives no scale: the rating scale of JSONL/CSV rows without "
+                           "scale_low/scale_high columns, of --from-threads' threads and of LangSmith exports (their "
+                           "default 1-10), e.g. --scale 1-5")
     data.add_argument("--reverse", action="store_true", help="pairwise: swap the two answers (position check)")
     data.add_argument("--limit", type=int, help="judge only the first N items")
     data.add_argument("--dataset-changed", choices=("refuse", "continue"), default="refuse",
                       help="with --resume, when the dataset file's hash is not the one the run read last: refuse "
                            "(default: exit 2 naming the file) or continue (the manifest keeps the hash the run began "
                            "on, adds the new one, and says which items were judged on which)")
+    data.add_argument("--from-threads", metavar="SQLITE_OR_PG_URL",
+                      help="judge the threads of your LangGraph agent's checkpoint store (a SQLite file or a "
+                           "postgresql:// URL), each thread's conversation and steps as one score item (instead of "
+                           "--dataset); the store is only read")
+    data.add_argument("--thread-ids", metavar="FILE",
+                      help="--from-threads: only these threads (one id per line; default: every thread of the store)")
     add_model_arguments(parser.add_argument_group("models"))
     runopts = parser.add_argument_group("run")
     runopts.add_argument("--out", help="run directory (default: runs/<protocol>-<dataset>)")
@@ -185,8 +198,10 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     previous: dict[str, Any] = {}
     if args.resume:
         args, previous = _resume_args(args, parser)
-    if not args.dataset:
-        raise UsageError("eval needs --dataset (or --resume RUN_DIR)")
+    if not (args.dataset or args.from_threads):
+        raise UsageError("eval needs --dataset or --from-threads (or --resume RUN_DIR)")
+    if not args.from_threads and args.thread_ids:
+        raise UsageError("--thread-ids chooses among the threads of --from-threads: give it too")
     validate_numbers(args)
     check_ranges(args)
     cluster = _ray_options(args)
@@ -197,23 +212,26 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
-    dataset = load_dataset(args.dataset, aspect=args.aspect, task=args.task,
-                           mapping=key_values(args.mapping, "--map"), reverse=args.reverse,
-                           scale=Scale.parse(args.scale) if args.scale else None)
+    scale = Scale.parse(args.scale) if args.scale else None
+    dataset = threads_dataset(args, scale) if args.from_threads else load_dataset(
+        args.dataset, aspect=args.aspect, task=args.task, mapping=key_values(args.mapping, "--map"),
+        reverse=args.reverse, scale=scale)
+    source = redact_url(args.from_threads) if args.from_threads else str(args.dataset)
     for error in dataset.errors:
         print(f"jurygraph: skipped {error}", file=sys.stderr)
     if not len(dataset):
-        raise UsageError(f"{args.dataset}: no judgeable rows ({len(dataset.errors)} skipped, reasons above)")
+        raise UsageError(f"{source}: no judgeable rows ({len(dataset.errors)} skipped, reasons above)")
     if dataset.duplicates:
         shown = ", ".join(dataset.duplicates[:10]) + (" ..." if len(dataset.duplicates) > 10 else "")
-        raise UsageError(f"{args.dataset}: item ids must be unique within a run; repeated: {shown} "
+        raise UsageError(f"{source}: item ids must be unique within a run; repeated: {shown} "
                          "(give each row its own id, or --map id=COLUMN)")
     # a JSONL/CSV table stays on disk: the runner reads it again item by item
     items = dataset.head(args.limit)
     # the data is known: the protocol's defaults that depend on it (both answer orders on pairwise data) are decided
     # on its task kinds, whatever its source; first, so its own errors (a calibration that cannot wrap it) say more
     setup = build_protocol(args, items.tasks)
-    check_task(args.protocol, items.tasks, str(args.dataset))
+    check_task(args.protocol, items.tasks, source)
+    check_conversations(setup, args, items, items.tasks)  # --per-turn's turns: the plan's
     check_doubt_signals(setup, args, items.tasks)
     context = context_from_args(args, setup)
     check_gen_options(args, setup, context, items,
@@ -224,7 +242,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          "(a smoke-test model: its ratings carry no signal)")
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     if args.dry_run and not args.pilot:
-        return costs.dry_run(args, setup, context, items, prices, dataset=str(args.dataset))
+        return costs.dry_run(args, setup, context, items, prices, dataset=source)
     per_item = setup.requests_per_item(next(iter(items), None), context)
     if per_item > REQUESTS_PER_ITEM_LIMIT and not args.yes:
         raise UsageError(f"this plan sends up to {per_item} model requests per item, {per_item * len(items)} for "
@@ -236,15 +254,16 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except (LocalModelUnusable, ModuleNotFoundError) as err:
             raise UsageError(str(err)) from None  # before any item starts: none would run
     check_models(context)
-    out = Path(args.out or f"runs/{short_name(args.protocol)}-{Path(str(args.dataset)).stem}")
+    out = Path(args.out or f"runs/{short_name(args.protocol)}-"
+                           f"{'threads' if args.from_threads else Path(str(args.dataset)).stem}")
     if args.resume:
-        _check_dataset(previous, dataset.sha256, str(args.dataset), args.dataset_changed)
+        _check_dataset(previous, dataset.sha256, source, args.dataset_changed)
     invocation = {"execution": {key: value for key, value in _settings(args).items() if key in EXECUTION_ONLY}}
     if args.pilot:
         invocation["execution"]["pilot"] = args.pilot
     manifest = {
         "protocol": args.protocol, "parameters": setup.params, "dataset": {"name": dataset.name,
-        "source": str(args.dataset), "sha256": dataset.sha256, "rows_skipped": len(dataset.errors)},
+        "source": source, "sha256": dataset.sha256, "rows_skipped": len(dataset.errors)},
         "models": _model_labels(context), "requests_per_item": per_item, "cli": _settings(args),
         # the run's generation settings; the parameters each agent was called with are in "generation"
         "structured_output": context.structured_output, "gen": {a: dict(p) for a, p in context.gen.items()},
@@ -306,6 +325,26 @@ def _check_dataset(previous: dict[str, Any], sha256: str, source: str, policy: s
                      "--dataset-changed continue to go on (the manifest records both hashes and which items were "
                      "judged on which)")
 
+
+def threads_dataset(args: argparse.Namespace, scale: Scale | None) -> Dataset:
+    """``--from-threads``: the agent's threads (or ``--thread-ids``') as score items, the store only read."""
+    if args.dataset:
+        raise UsageError("give --dataset or --from-threads, not both")
+    if args.task not in (None, "score"):
+        raise UsageError(f"--from-threads: a thread is one conversation, rated as a score item; not --task {args.task}")
+    if args.mapping or args.reverse:
+        raise UsageError("--map and --reverse shape a dataset file's rows; --from-threads reads threads")
+    if args.checkpoint and _same_store(args.checkpoint, args.from_threads):
+        raise UsageError("--checkpoint is where the jury keeps its own checkpoints; it must not be the agent's store "
+                         "(--from-threads), whose threads would be written into")
+    ids = read_thread_ids(args.thread_ids) if args.thread_ids else None
+    return load_threads(args.from_threads, ids, scale=scale, aspect=args.aspect)
+
+
+def _same_store(one: str, two: str) -> bool:
+    if is_postgres_url(one) or is_postgres_url(two):
+        return one.rstrip("/") == two.rstrip("/")
+    return Path(one).resolve() == Path(two).resolve()
 
 def awaiting_line(count: int) -> str:
     return "1 item awaits review" if count == 1 else f"{count} items await review"

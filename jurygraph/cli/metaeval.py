@@ -26,6 +26,7 @@ from jurygraph.measuring.metaeval import (
     run_name,
     run_records,
     single_unit_warnings,
+    turn_records,
 )
 from jurygraph.measuring.metrics import STATISTICS
 from jurygraph.measuring.panel import (
@@ -51,7 +52,9 @@ from jurygraph.measuring.tables import (
     distribution_table,
     label_table,
     results_csv,
+    votes_table,
 )
+from jurygraph.measuring.votes import votes_json
 from jurygraph.running.rundir import CHECKPOINTS, RunManifest, read_manifest
 
 
@@ -71,6 +74,8 @@ def report(methods: Sequence[MethodResult], out: Path | None = None, *, statisti
         tables.append(("table", correlation_table(scored, statistics)))
     if labelled:
         tables.append(("table" if not scored else "pairwise", label_table(labelled)))
+    if any(m.votes is not None for m in labelled):
+        tables.append(("votes", votes_table(labelled)))
     details = detail_table(methods)
     for _, table in [*tables, ("details", details)]:
         texts.append(table.text())
@@ -123,8 +128,14 @@ def add_arguments(meta: argparse.ArgumentParser) -> None:
     meta.add_argument("--json", action="store_true",
                       help="print everything (agreement, position bias, panel diagnostics) as one JSON object "
                            "(with --out, also OUT/metaeval.json)")
+    meta.add_argument("--vote-judges", metavar="PREFIX",
+                      help="items with several people's votes (MT-Bench): count only the votes of judges whose name "
+                           "starts with PREFIX, e.g. expert (FastChat's compute_agreement.py; default: every vote)")
     meta.add_argument("--no-panel", action="store_true",
                       help="skip the panel diagnostics (members, error correlation, conformity, same family)")
+    meta.add_argument("--per-turn", action="store_true",
+                      help="a --per-turn run: measure each turn's verdict against the turn's human label "
+                           "(human.turns: {\"2\": 4, ...}) instead of the conversation's verdict")
     meta.add_argument("--family", action="append", metavar="NAME=REGEX",
                       help="a model family rule checked before the built-in ones, e.g. 'Acme=acme-|ourbot' "
                            "(repeatable; the same-family warning)")
@@ -135,7 +146,8 @@ def evaluate(named_records: Sequence[tuple[str, list[dict[str, Any]]]],
               args: argparse.Namespace) -> list[MethodResult]:
     level: Level | None = args.level
     return [evaluate_records(records, name, level=level, resamples=args.resamples, confidence=args.confidence,
-                             seed=args.seed) for name, records in named_records]
+                             seed=args.seed, vote_judges=getattr(args, "vote_judges", None))
+            for name, records in named_records]
 
 
 def check(methods: Sequence[MethodResult], args: argparse.Namespace) -> list[str] | None:
@@ -255,7 +267,8 @@ def as_json(methods: Sequence[MethodResult], pairs: Sequence[tuple[str, str]], b
             doubts: Sequence[DoubtReport] = ()) -> dict[str, Any]:
     return {
         "methods": [{"name": m.name, "dataset": m.dataset,
-                     "agreement": {t: agreement_json(m, t) for t in targets(m)}} for m in methods],
+                     "agreement": {t: agreement_json(m, t) for t in targets(m)},
+                     **({"human_votes": votes_json(m.votes)} if m.votes is not None else {})} for m in methods],
         "position": [position_json(b) for b in biases],
         "comparisons": [{"a": a, "b": b, "columns": table.columns, "rows": table.rows}
                         for a, b, table in comparison_tables(methods, pairs, args)],
@@ -301,6 +314,11 @@ def read_runs(entries: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, An
 
 def cmd_metaeval(args: argparse.Namespace) -> int:
     named, paths, manifests = read_runs(args.run_dir)
+    if args.per_turn:
+        named = [(name, turn_records(records)) for name, records in named]
+        for name, records in named:
+            if not records:
+                raise ValueError(f"{name}: --per-turn needs a run judged with --per-turn (its verdicts' turns)")
     rules = [*parse_rules(args.family), *FAMILIES]  # a bad rule fails before any work
     methods = evaluate(named, args)
     check(methods, args)

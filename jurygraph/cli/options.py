@@ -12,7 +12,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph import StateGraph
 
 from jurygraph.cli.preflight import UsageError
-from jurygraph.cli.protocols import ProtocolSetup
+from jurygraph.cli.protocols import ProtocolSetup, read_rubric
 from jurygraph.graphs.escalation import ESCALATION
 from jurygraph.judging.items import EvalItem
 from jurygraph.llm.limits import ProviderGates, parse_limits
@@ -75,7 +75,9 @@ def context_from_args(args: argparse.Namespace, setup: ProtocolSetup | None = No
     limits = parse_limits(args.rps, args.in_flight)
     return JuryContext(models=per_agent, default=default, gates=ProviderGates(limits) if limits else None,
                        structured_output=bool(getattr(args, "structured_output", False)),
-                       gen=parse_gen(getattr(args, "gen", None)))
+                       gen=parse_gen(getattr(args, "gen", None)),
+                       rubric=read_rubric(getattr(args, "rubric", None)),
+                       max_context_tokens=getattr(args, "max_context_tokens", None))
 
 
 def _one_provider_per_base_url(specs: Sequence[Any], base_url: str | None) -> None:
@@ -118,7 +120,8 @@ def check_gen_options(args: argparse.Namespace, setup: ProtocolSetup, context: J
     agents = None
     if (set(context.gen) - {ALL_AGENTS}) or named:
         first = next(iter(items), None)
-        graphs = [setup.graph]
+        # the panel as it judges one item: a trajectory match before it may decide the first item for no call
+        graphs = [setup.panel_graph or setup.graph]
         if setup.escalation_graph is not None:
             graphs.append(setup.escalation_graph)
         agents = graph_agents(graphs, first, context) if first is not None else None

@@ -21,6 +21,7 @@ class UsageError(ValueError):
 _BOUNDS: dict[str, tuple[float, bool]] = {
     "limit": (1, False), "concurrency": (1, False), "timeout": (0, True), "max_retries": (0, False),
     "workers": (1, False), "shard_size": (1, False),
+    "max_context_tokens": (1, False),  # every protocol's conversation option (cli.protocols)
 }
 
 

@@ -9,6 +9,9 @@ whose spec asks for ChatEval's position calibration judges pairwise data in both
 whatever the source of the rows, unless ``--no-calibrate`` or another calibration is given. ``--calibrate`` wraps
 whichever pairwise protocol was chosen, or runs the protocol's own calibration; both the default and the wrapping
 are decided in the graphs layer (:mod:`jurygraph.graphs.calibration`), which :mod:`jurygraph.evaluators` asks too.
+``--per-turn`` (``CONVERSATION_OPTIONS``, read by every protocol, with ``--rubric``, ``--max-context-tokens`` and
+``--turn-aggregate``) judges each assistant turn of a conversation item (:func:`turns_setup`); which conversation
+items a protocol has templates for is its spec's (``ProtocolSpec.conversations``, :func:`check_conversations`).
 ``--escalate-when`` / ``--review-when`` (``DOUBT_OPTIONS``, read by every protocol) then route the doubtful items
 after the verdict to a stronger judge or a person (:func:`routed_setup`).
 """
@@ -16,12 +19,15 @@ after the verdict to a stronger judge or a person (:func:`routed_setup`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.graph import StateGraph
 
 from jurygraph.cli.preflight import UsageError
+from jurygraph.cli.trajectory import add_trajectory_arguments, trajectory_setup
 from jurygraph.graphs import calibration
 from jurygraph.graphs.calibration import accepted_options, calibrated, position_defaults, wrapped
 from jurygraph.graphs.escalation import ESCALATION, route_doubtful
@@ -36,10 +42,13 @@ from jurygraph.graphs.registry import (
     single_agent,
 )
 from jurygraph.graphs.spec import Built, Option, ProtocolSpec
+from jurygraph.graphs.turns import TURN_AGGREGATES, per_turn, turns_to_judge
+from jurygraph.graphs.wiring import copied
 from jurygraph.judging.benchmarks import task_of
 from jurygraph.judging.doubt import SIGNALS, parse_conditions
 from jurygraph.judging.items import EvalItem, TaskKind
 from jurygraph.llm.models import JuryContext, ModelSpec
+from jurygraph.prompts import load_prompt_file
 from jurygraph.running.estimate import SCRIPTED_BOUNDS, most_requests
 
 
@@ -53,25 +62,31 @@ class ProtocolSetup:
     params: dict[str, Any] = field(default_factory=dict)
     every_agent_has_a_model: bool = False  # ``models`` covers every agent: no --model needed
     spec: ProtocolSpec | None = None
-    panel_graph: StateGraph | None = None  # the graph before the doubtful items' routes (None: ``graph``)
+    # one judgment of an item: the calibrated protocol, before --per-turn, the trajectory match and the doubtful
+    # items' routes (None: ``graph``); what a plan is counted on
+    panel_graph: StateGraph | None = None
     escalation_graph: StateGraph | None = None  # what an escalated item runs
     escalation_plan: int | None = None  # its most requests, when its spec declares them
     # what the dry run's "most" scenario and the budget's reserves render, when the spec gives values for it
     # (ProtocolSpec.most_values); None: ``graph``
     most_graph: StateGraph | None = None
     most_panel_graph: StateGraph | None = None  # the same before the doubtful items' routes
+    # --per-turn: the most turns one item of the loaded data has (:func:`check_conversations`); each turn costs what
+    # one judgment of the protocol costs
+    turns: int = 1
 
     def requests_per_item(self, sample: EvalItem | None = None, context: JuryContext | None = None) -> int:
         """The most model requests one item can cost under these parameters (every format re-ask and loop
         iteration included): what `eval` shows before a large plan starts, and what a dry run would print. A
         protocol whose spec declares no plan is counted on ``sample`` (the dry run's scripted panel, never
-        agreeing; ``context``: the run's models); without one, two requests a node."""
+        agreeing; ``context``: the run's models); without one, two requests a node. ``--per-turn``: the plan of one
+        turn times the most turns an item has."""
         spec, params = self.spec, self.params
         if spec is not None and spec.plan is not None:
             count = spec.plan(params) * calibration_factor(params)
         else:
             count = _counted(self.most_panel_graph or self.panel_graph or self.graph, sample, context)
-        return count + self.escalation_requests(sample, context)
+        return count * self.turns + self.escalation_requests(sample, context)
 
     def escalation_requests(self, sample: EvalItem | None = None, context: JuryContext | None = None) -> int:
         """The most requests an escalated item adds (0: no escalation)."""
@@ -212,9 +227,33 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
                             "(--protocol MODULE:FACTORY, or an installed one)")
     # remembered so a run's manifest can record, and --resume restore, exactly the protocol's options
     parser.set_defaults(protocol_dests=dests)
+    conversations = parser.add_argument_group("conversation items (every protocol)")
+    for flag, kwargs in CONVERSATION_OPTIONS:
+        conversations.add_argument(flag, **kwargs)
     doubt = parser.add_argument_group("doubtful items (every protocol)")
     for flag, kwargs in DOUBT_OPTIONS:
         doubt.add_argument(flag, **kwargs)
+    add_trajectory_arguments(parser)
+
+
+# read by every protocol: how it judges conversation items (messages, tool calls; issue 31); which items a protocol
+# has conversation templates for is its spec's (ProtocolSpec.conversations)
+CONVERSATION_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--rubric", {"metavar": "FILE",
+                  "help": "conversation items: your rubric (a text file: the criterion, any '#:' header lines "
+                          "dropped) instead of the built-in one of the item's aspect (helpfulness, tool_use, "
+                          "task_completion, safety)"}),
+    ("--max-context-tokens", {"type": int, "metavar": "N",
+                              "help": "conversation items: render a conversation whole up to N tokens, then with its "
+                                      "middle messages elided (said in the prompt); the task and the turn judged are "
+                                      "never elided (default: no limit)"}),
+    ("--per-turn", {"action": "store_true",
+                    "help": "conversation items: judge each assistant turn in its context and give per-turn verdicts "
+                            "plus the conversation's (--turn-aggregate); jurygraph's own"}),
+    ("--turn-aggregate", {"choices": TURN_AGGREGATES, "default": "mean",
+                          "help": "--per-turn: the conversation's verdict is the mean of the turns' scores (default) "
+                                  "or the lowest (min: the worst turn)"}),
+]
 
 
 # read by every protocol: what happens, after the verdict, to the items the panel is unsure of
@@ -314,7 +353,82 @@ def _assembled(spec: ProtocolSpec, values: dict[str, Any], args: argparse.Namesp
     built = spec.create(values)
     setup = _setup(built, spec, args)
     setup.params.setdefault("protocol", args.protocol)
-    return routed_setup(_calibrated(setup, built, spec, values, args, task), spec, values, args, task)
+    # one judgment of the item, what a plan is counted on: before --per-turn, the trajectory match and the routes
+    setup = _calibrated(setup, built, spec, values, args, task)
+    # the wrappers below edit the graph in place (the match, the routes): they edit a copy, the panel stays itself
+    setup = dataclasses.replace(setup, graph=copied(setup.graph), panel_graph=setup.graph)
+    setup = turns_setup(setup, args)
+    setup.graph = trajectory_setup(setup.graph, setup.params, args)  # before the panel; escalation after it
+    return routed_setup(setup, spec, values, args, task)
+
+
+def turns_setup(setup: ProtocolSetup, args: argparse.Namespace) -> ProtocolSetup:
+    """The conversation options: ``--per-turn`` wraps the (calibrated) protocol with
+    :func:`~jurygraph.graphs.turns.per_turn`; ``--rubric`` and ``--max-context-tokens`` reach the templates
+    through the run's context (:func:`jurygraph.cli.options.context_from_args`). Each is recorded in ``params``
+    only when chosen, so a run without them has the manifest it had."""
+    params = dict(setup.params)
+    if getattr(args, "rubric", None):
+        params["rubric"] = str(args.rubric)
+    if getattr(args, "max_context_tokens", None):
+        params["max_context_tokens"] = int(args.max_context_tokens)
+    if not getattr(args, "per_turn", False):
+        if getattr(args, "turn_aggregate", "mean") != "mean":
+            raise UsageError("--turn-aggregate combines the verdicts of --per-turn: give --per-turn too")
+        return dataclasses.replace(setup, params=params)
+    params.update(per_turn=True, turn_aggregate=args.turn_aggregate)
+    return dataclasses.replace(setup, graph=per_turn(setup.graph, aggregate=args.turn_aggregate), params=params)
+
+
+def read_rubric(path: str | None) -> str | None:
+    """The text of a ``--rubric FILE`` (its ``#:`` header lines dropped); a missing or empty file is a UsageError."""
+    if not path:
+        return None
+    try:
+        text = load_prompt_file(path).strip()
+    except OSError as err:
+        raise UsageError(f"--rubric {path}: {err.strerror or err}") from None
+    if not text:
+        raise UsageError(f"--rubric {path}: the file holds no rubric text")
+    return text
+
+
+def check_conversations(setup: ProtocolSetup, args: argparse.Namespace, items: Iterable[EvalItem],
+                        tasks: set[str]) -> None:
+    """Before any request, on the loaded data (``tasks``: its task kinds): the protocol (and ``--escalate-protocol``)
+    has conversation templates for the data's conversation items, as its spec says (``conversations``; a spec that
+    does not say is not checked); the conversation options need conversation items (given on data without any, they
+    would change nothing). Sets ``setup.turns``: the most assistant turns ``--per-turn`` judges of one item (1
+    without it), what its request plan multiplies. One pass over the items, only when something needs it."""
+    given = [flag for flag, value in (("--rubric", getattr(args, "rubric", None)),
+                                      ("--max-context-tokens", getattr(args, "max_context_tokens", None)),
+                                      ("--per-turn", getattr(args, "per_turn", False))) if value]
+    protocol = str(setup.params.get("protocol"))
+    judges = [("--protocol", protocol, setup.spec or protocol_spec(protocol))]
+    if getattr(args, "escalate_protocol", None):
+        judges.append(("--escalate-protocol", args.escalate_protocol, protocol_spec(args.escalate_protocol)))
+    # the task kinds some judge has no conversation templates for: only their items need looking at
+    unsure = {task for _, _, spec in judges if spec.conversations is not None for task in tasks
+              if task not in spec.conversations}
+    if not given and not unsure:
+        return
+    most, conversations = 1, 0
+    for item in items:
+        if not item.conversational:
+            continue
+        conversations += 1
+        for flag, name, spec in judges:
+            if spec.conversations is not None and item.task.value not in spec.conversations:
+                able = ", ".join(other for other, s in builtin().items()
+                                 if s.conversations and item.task.value in s.conversations)
+                raise UsageError(f"{flag} {name} has no conversation templates for {item.task.value} items "
+                                 f"(item {item.id!r} is a conversation){f'; for them use {able}' if able else ''}")
+        if getattr(args, "per_turn", False):
+            most = max(most, len(turns_to_judge(item)))
+    if given and not conversations:
+        raise UsageError(f"{', '.join(given)}: for conversation items (with messages), and "
+                         f"{getattr(args, 'dataset', None) or 'the dataset'} has none")
+    setup.turns = most
 
 
 def available_signals(spec: ProtocolSpec, params: dict[str, Any], task: str | None) -> set[str] | None:
@@ -415,5 +529,7 @@ def routed_setup(setup: ProtocolSetup, spec: ProtocolSpec, values: dict[str, Any
     if review:
         params["review_when"] = [c.text for c in review]
     graph = route_doubtful(setup.graph, escalate_when=escalate, escalation=escalation, review_when=review)
-    return ProtocolSetup(graph, models, params, setup.every_agent_has_a_model, spec, panel_graph=setup.graph,
-                         escalation_graph=escalation, escalation_plan=built.escalation_plan if escalate else None)
+    return dataclasses.replace(setup, graph=graph, models=models, params=params, spec=spec,
+                               panel_graph=setup.panel_graph or setup.graph,
+                               escalation_graph=escalation,
+                               escalation_plan=built.escalation_plan if escalate else None)

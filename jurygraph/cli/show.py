@@ -4,7 +4,8 @@
 It reads the latest checkpoint of the item's thread (thread_id = item id), which holds the final state
 whether the run kept every step's checkpoint or only the final one: each agent's persona, what every agent
 said in order (the Scorer's revisions, the Critic's objections, the peers' reviews, the area chair's
-samples, the summaries), each parsed judgment, the verdict beside the human label.
+samples, the summaries), each parsed judgment, the verdict beside the human label. A conversation item is shown as
+its judges read it (roles, tool calls and results, the turn judged marked), a per-turn verdict with its turns.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from jurygraph.cli.preflight import UsageError
+from jurygraph.judging.items import as_item
 from jurygraph.judging.state import escalation_transcript, message_data, transcript_data
+from jurygraph.nodes.conversation import conversation_text
 from jurygraph.running.checkpoints import NoCheckpoints, open_saver
 from jurygraph.running.rundir import CHECKPOINTS, load_manifest, read_manifest, read_results
 
@@ -165,7 +168,20 @@ def judgment_line(judgment: dict[str, Any]) -> str:
 
 def _texts(item: dict[str, Any]) -> list[str]:
     fields = ("question", "source", "context", "fact", "response", "response_1", "response_2", "options")
-    return [f"{name}: {_indent(str(item[name]))}" for name in fields if item.get(name) not in (None, "", [])]
+    texts = [f"{name}: {_indent(str(item[name]))}" for name in fields if item.get(name) not in (None, "", [])]
+    if any(item.get(name) for name in ("messages", "messages_1", "messages_2")):
+        texts.append("conversation:\n    " + _indent(conversation_text(as_item(item))))
+    return texts
+
+
+def turn_lines(verdict: dict[str, Any]) -> list[str]:
+    """A per-turn verdict's turns (``--per-turn``), one line each."""
+    detail = verdict.get("detail") or {}
+    turns = detail.get("turns") or []
+    if not turns:
+        return []
+    return [f"per turn ({detail.get('turn_aggregate')}):",
+            *(f"  turn {t.get('turn')}: {judgment_line(t)}" for t in turns)]
 
 
 def _indent(text: str, pad: str = "    ") -> str:
@@ -176,6 +192,10 @@ def decision_lines(verdict: dict[str, Any]) -> list[str]:
     """Who decided, when not the panel: the escalation (what sent it, both verdicts) and the review."""
     detail = verdict.get("detail") or {}
     lines = []
+    match = detail.get("trajectory_match")
+    if isinstance(match, dict):  # the tool-call match before the panel (graphs.trajectory)
+        lines.append(f"trajectory match ({match.get('mode')}, tool arguments {match.get('tool_args')}): "
+                     f"{match.get('reason')}; {'decided' if match.get('decided') else 'the panel judged'}")
     escalation = detail.get("escalation")
     if escalation:
         escalated = escalation.get("escalated") or {}
@@ -218,5 +238,6 @@ def render(view: dict[str, Any], *, human: bool = True) -> str:
     shown = judgment_line(verdict) if verdict else "none (the item did not finish)"
     method = f" [{verdict['method']}]" if verdict.get("method") else ""
     lines.append(f"\nverdict: {shown}{method}" + (f"    human: {human_text(view['human'])}" if human else ""))
+    lines += turn_lines(verdict)
     lines += decision_lines(verdict)
     return "\n".join(lines)

@@ -91,12 +91,15 @@ def panel_verdict(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def decided_by(verdict: Mapping[str, Any] | None) -> str:
-    """Who gave a verdict: ``"review"`` (a person), ``"escalation"`` (the stronger judge) or ``"panel"``."""
+    """Who gave a verdict: ``"review"`` (a person), ``"escalation"`` (the stronger judge), ``"trajectory_match"`` (the
+    tool-call match before the panel, :mod:`jurygraph.graphs.trajectory`) or ``"panel"``."""
     detail = (verdict or {}).get("detail") or {}
     if isinstance(detail.get("review"), Mapping):
         return "review"
     if isinstance(detail.get("escalation"), Mapping):
         return str(detail["escalation"].get("decided_by") or "panel")
+    if isinstance(detail.get("trajectory_match"), Mapping) and detail["trajectory_match"].get("decided"):
+        return "trajectory_match"
     return "panel"
 
 
@@ -174,7 +177,8 @@ def _members(judgments: Mapping[str, Any], kind: TaskKind) -> dict[str, Member]:
         run, _, agent = key.rpartition("/")
         if _SAMPLE.search(key) or agent == AREA_CHAIR:
             continue
-        judgment = map_back(dict(data)) if run.startswith(SWAPPED) else dict(data)
+        # a calibration's run, possibly inside a per-turn run ("turn_2/swapped_order")
+        judgment = map_back(dict(data)) if run.rpartition("/")[2].startswith(SWAPPED) else dict(data)
         runs_of.setdefault(agent, []).append(Judgment.model_validate(judgment))
     found: dict[str, Member] = {}
     for agent, runs in runs_of.items():

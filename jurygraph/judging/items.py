@@ -8,7 +8,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from jurygraph.judging.conversations import Message, assistant_turns, check_messages, first_user_text, parse_messages
 
 
 class TaskKind(StrEnum):
@@ -115,10 +117,19 @@ class EvalItem(BaseModel):
     response_1: str | None = None
     response_2: str | None = None
     options: dict[str, str] | None = None
-    reference: str | None = None
+    reference: str | list[Message] | None = Field(
+        default=None, description="a reference answer (text), or a reference trajectory (messages) that an agent's "
+                                  "tool calls are matched against (graphs.trajectory)")
     image: str | None = Field(
         default=None, description="an image as a file path, a data: URL or base64 text (see image_data_url)"
     )
+    messages: list[Message] | None = None
+    messages_1: list[Message] | None = None
+    messages_2: list[Message] | None = None
+    steps: list[list[str]] | None = None
+    steps_1: list[list[str]] | None = None
+    steps_2: list[list[str]] | None = None
+    turn: int | None = Field(default=None, ge=1, description="the assistant turn judged, from 1; None: all of them")
     group: str | None = None
     human: dict[str, Any] | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -127,6 +138,29 @@ class EvalItem(BaseModel):
     @classmethod
     def _id_to_str(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int) else value
+
+    @field_validator("messages", "messages_1", "messages_2", mode="before")
+    @classmethod
+    def _messages(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        return parse_messages(value, item=str(info.data.get("id", "?")), field=str(info.field_name))
+
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _reference(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        item = str(info.data.get("id", "?"))
+        messages = parse_messages(value, item=item, field="reference")
+        check_messages(messages, item=item, field="reference")
+        return messages
+
+    @field_validator("steps", "steps_1", "steps_2", mode="before")
+    @classmethod
+    def _steps(cls, value: Any) -> Any:
+        # a step may be written as one node name (a superstep that ran one node)
+        return [[step] if isinstance(step, str) else step for step in value] if isinstance(value, list) else value
 
     @field_validator("image", mode="before")
     @classmethod
@@ -139,17 +173,21 @@ class EvalItem(BaseModel):
 
     @model_validator(mode="after")
     def _fields_for_task(self) -> EvalItem:
+        self._check_conversation()
         needed: tuple[str, ...]
         if self.task is TaskKind.PAIRWISE:
-            needed = ("question", "response_1", "response_2")
+            needed = ("question", "messages_1", "messages_2") if self.conversational else (
+                "question", "response_1", "response_2")
         elif self.task is TaskKind.SCORE:
             # an image can itself be what is rated (text-to-image quality, ReFeR's AGIQA)
-            needed = ("scale",) if self.image else ("response", "scale")
+            needed = ("scale",) if self.image or self.messages else ("response", "scale")
         else:
             needed = ("question",)
         missing = [name for name in needed if getattr(self, name) in (None, "")]
         if missing:
             raise MissingFields(self.id, self.task, missing)
+        if self.human and "turns" in self.human:
+            self.human = {**self.human, "turns": self._turn_labels(self.human["turns"])}
         if self.human and self.task is TaskKind.PAIRWISE and "label" in self.human:
             label = pairwise_label(self.human["label"])
             if label is None:
@@ -158,6 +196,87 @@ class EvalItem(BaseModel):
             self.human = {**self.human, "label": label}
         return self
 
+    def _turn_labels(self, labels: Any) -> dict[str, Any]:
+        """``human["turns"]``: per-turn human labels of a conversation item, keyed by the turn ("2"), pairwise labels
+        in their canonical spelling."""
+        if not self.conversational or not isinstance(labels, dict):
+            raise ValueError(f"item {self.id!r}: human 'turns' holds per-turn labels of a conversation item, as "
+                             "{\"1\": 4, \"2\": 5}")
+        out: dict[str, Any] = {}
+        for key, value in labels.items():
+            if not str(key).isdigit() or int(key) < 1:
+                raise ValueError(f"item {self.id!r}: human turns: {key!r} is not a turn number (1, 2, ...)")
+            if self.task is TaskKind.PAIRWISE and not isinstance(value, dict):
+                label = pairwise_label(value)
+                if label is None:
+                    raise ValueError(f"item {self.id!r}: human label {value!r} of turn {key} must be '1', '2' or "
+                                     "'tie' (or A/B, model_a/model_b, Assistant 1/2)")
+                value = label
+            out[str(int(key))] = value
+        return out
+
+    @property
+    def reference_text(self) -> str | None:
+        """The reference answer when it is text (None when there is none, or it is a reference trajectory)."""
+        return self.reference if isinstance(self.reference, str) else None
+
+    @property
+    def reference_trajectory(self) -> list[Message] | None:
+        """The reference trajectory when the reference is one (messages), else None."""
+        return self.reference if isinstance(self.reference, list) else None
+
+    @property
+    def conversational(self) -> bool:
+        """Whether the item is a conversation (it carries messages) rather than texts."""
+        return bool(self.messages or self.messages_1 or self.messages_2)
+
+    def _check_conversation(self) -> None:
+        """The conversation fields fit the task and each other; ``question`` is derived when missing."""
+        if not self.conversational:
+            for name in ("steps", "steps_1", "steps_2", "turn"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"item {self.id!r}: {name!r} belongs to a conversation item "
+                                     "(one with 'messages', or 'messages_1' and 'messages_2')")
+            return
+        texts = {"score": ("response",), "pairwise": ("response_1", "response_2")}.get(self.task.value, ())
+        both = [name for name in texts if getattr(self, name) not in (None, "")]
+        if both:
+            conversation = "'messages'" if self.task is TaskKind.SCORE else "'messages_1'/'messages_2'"
+            raise ValueError(f"item {self.id!r}: give {conversation} or {', '.join(map(repr, both))}, not both "
+                             "(put the reply to judge in the conversation as its last assistant message)")
+        if self.task is TaskKind.CHOICE:
+            raise ValueError(f"item {self.id!r}: a choice item cannot be a conversation")
+        sides: list[tuple[str, list[Message]]]
+        if self.task is TaskKind.SCORE:
+            if self.messages_1 or self.messages_2 or self.steps_1 or self.steps_2:
+                raise ValueError(f"item {self.id!r}: 'messages_1'/'messages_2' (and their steps) belong to a "
+                                 "pairwise item; a score item's conversation is 'messages'")
+            check_messages(self.messages or [], item=self.id)
+            sides = [("messages", self.messages or [])]
+        else:
+            if not (self.messages_1 and self.messages_2):
+                raise ValueError(f"item {self.id!r}: a pairwise conversation item needs both 'messages_1' and "
+                                 "'messages_2' (the two continuations of 'messages', or two whole trajectories)")
+            if self.steps:
+                raise ValueError(f"item {self.id!r}: a pairwise item's steps are 'steps_1' and 'steps_2'")
+            prefix = self.messages or []
+            if prefix:
+                check_messages(prefix, item=self.id)
+            for name in ("messages_1", "messages_2"):
+                check_messages(getattr(self, name), item=self.id, field=name, prefix=prefix)
+            sides = [(name, [*prefix, *getattr(self, name)]) for name in ("messages_1", "messages_2")]
+        for name, messages in sides:
+            turns = assistant_turns(messages)
+            if self.turn is not None and self.turn > len(turns):
+                raise ValueError(f"item {self.id!r}: turn {self.turn} asked, but {name} has {len(turns)} assistant "
+                                 f"turn{'s' if len(turns) != 1 else ''}")
+            if self.turn is not None and self.task is TaskKind.PAIRWISE and \
+                    turns[self.turn - 1][1] <= len(self.messages or []):
+                raise ValueError(f"item {self.id!r}: turn {self.turn} is in the shared prefix 'messages', the same "
+                                 "for both assistants; the turn judged must be in 'messages_1' and 'messages_2'")
+        if self.question in (None, ""):
+            self.question = first_user_text(self.messages or self.messages_1 or [])
+
     def swapped(self) -> EvalItem:
         """The same pairwise item with the two answers in the other order (labels mapped too)."""
         if self.task is not TaskKind.PAIRWISE:
@@ -165,12 +284,16 @@ class EvalItem(BaseModel):
         human = dict(self.human or {})
         if "label" in human:
             human["label"] = SWAP_LABEL[str(human["label"])]
+        if isinstance(human.get("votes"), list):  # several people's votes (MT-Bench), each in the answer order
+            human["votes"] = [{**vote, "label": SWAP_LABEL.get(str(vote.get("label")), vote.get("label"))}
+                              if isinstance(vote, dict) else vote for vote in human["votes"]]
         meta = dict(self.meta)
         if "model_1" in meta or "model_2" in meta:
             meta["model_1"], meta["model_2"] = self.meta.get("model_2"), self.meta.get("model_1")
         return self.model_copy(
             update={"response_1": self.response_2, "response_2": self.response_1, "human": human or None,
-                    "meta": meta}
+                    "meta": meta, "messages_1": self.messages_2, "messages_2": self.messages_1,
+                    "steps_1": self.steps_2, "steps_2": self.steps_1}
         )
 
     @property

@@ -353,6 +353,10 @@ class JuryContext:
     # the provider (the dry run, batch mode), and a callback hearing each paid call's usage ({agent: counts})
     replies: SkipJsonSchema[Any] = None
     on_usage: SkipJsonSchema[Callable[[dict[str, dict[str, Any]]], None] | None] = None
+    # conversation items (issue 31): a rubric's text that replaces the built-in rubric of the item's aspect
+    # (``--rubric FILE``), and the token budget of a rendered conversation (``--max-context-tokens``)
+    rubric: str | None = None
+    max_context_tokens: int | None = None
 
     def gen_for(self, agent: str, role: str) -> dict[str, Any]:
         """The user's generation overrides for one agent: every agent's, then its role's, then its own."""

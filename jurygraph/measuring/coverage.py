@@ -30,7 +30,7 @@ from jurygraph.measuring.panel import of_target
 from jurygraph.measuring.tables import Table
 from jurygraph.running.rundir import AWAITING_REVIEW
 
-GROUPS = ("panel", "escalation", "review")
+GROUPS = ("panel", "trajectory_match", "escalation", "review")
 
 
 @dataclass
@@ -143,8 +143,9 @@ def _split(rows: Sequence[_Row], statistic: str) -> list[Group]:
         members = [r for r in rows if not r.waiting and r.decided == group and r.final is not None]
         if not members:
             continue
-        panel = None if group == "panel" else _agreement([(r.panel, r.human) for r in members if r.panel is not None],
-                                                         statistic)
+        # the panel never judged the items the trajectory match decided: nothing to compare
+        panel = None if group in ("panel", "trajectory_match") else _agreement(
+            [(r.panel, r.human) for r in members if r.panel is not None], statistic)
         groups.append(Group(group, len(members), _agreement([(r.final, r.human) for r in members], statistic), panel))
     return groups
 

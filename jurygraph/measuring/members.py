@@ -35,8 +35,10 @@ _ITEM_KEYS = ("id", "status", "task", "dataset", "aspect", "group", "human")
 
 
 def in_original_order(run: str | None, judgment: Mapping[str, Any]) -> dict[str, Any]:
-    """A calibration run's judgment stated for the original answer order."""
-    return map_back(dict(judgment)) if run is not None and run.startswith(SWAPPED) else dict(judgment)
+    """A calibration run's judgment stated for the original answer order (the run possibly inside a per-turn run,
+    ``turn_2/swapped_order``)."""
+    swapped = run is not None and run.rpartition("/")[2].startswith(SWAPPED)
+    return map_back(dict(judgment)) if swapped else dict(judgment)
 
 
 def member_judgments(record: Mapping[str, Any], panel: PanelMembers | None = None) -> dict[str, dict[str, Any]]:

@@ -10,6 +10,8 @@ A run's ``results.jsonl`` (see :mod:`jurygraph.running.runner`) holds one record
 - a record with a missing judgment (a reply that could not be read, or a ReFeR peer whose model failed) is
   counted in ``unreadable`` whatever its verdict: its verdict was reached without that judgment (jurygraph's
   rule), or is a tie by ChatEval's released-code rule (``--unreadable code``).
+- a ``--per-turn`` run's turns are measured against per-turn human labels (``human["turns"]``) by
+  :func:`turn_records` (``jurygraph metaeval --per-turn``).
 
 The correlation level follows the literature for each benchmark (:func:`default_level`): SummEval is
 summary-level (per document, averaged), everything else pooled (Topical-Chat turn-level as in ChatEval,
@@ -31,6 +33,7 @@ import numpy as np
 from jurygraph.judging.judgments import PAIRWISE_LABELS
 from jurygraph.measuring import metrics
 from jurygraph.measuring.metrics import Correlation, Interval
+from jurygraph.measuring.votes import VoteAgreement, vote_agreement
 from jurygraph.running.rundir import MANIFEST, RESULTS, read_results
 
 Level = Literal["pooled", "grouped"]
@@ -165,6 +168,32 @@ def label_data(records: Iterable[Mapping[str, Any]], kind: str = "pairwise") -> 
     return data
 
 
+def turn_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The per-turn verdicts of a ``--per-turn`` run as records of their own, each beside the human label of its
+    turn: ``human["turns"]`` maps a turn (``"2"``) to its label (a score item: a number, the record's aspect, or
+    ``{aspect: number}``; a pairwise item: ``"1"``/``"2"``/``"tie"`` or ``{"label": ...}``). A turn record's id is
+    ``<id>#turn<k>``, its group the conversation's (the bootstrap resamples conversations, whose turns are not
+    independent). Records without per-turn verdicts are left out."""
+    out: list[dict[str, Any]] = []
+    for record in latest_records(records):
+        verdict = record.get("verdict") or {}
+        turns = (verdict.get("detail") or {}).get("turns")
+        if not isinstance(turns, list):
+            continue
+        labels = (record.get("human") or {}).get("turns") or {}
+        aspect = record.get("aspect") or "score"
+        for entry in turns:
+            turn = entry.get("turn")
+            label = labels.get(str(turn))
+            if label is not None and not isinstance(label, Mapping):
+                label = {"label": label} if record.get("task") == "pairwise" else {aspect: label}
+            out.append({**{k: record.get(k) for k in ("task", "dataset", "aspect", "status")},
+                        "id": f"{record.get('id')}#turn{turn}", "turn": turn,
+                        "group": record.get("group") if record.get("group") is not None else record.get("id"),
+                        "human": label, "verdict": entry})
+    return out
+
+
 # --- results ---------------------------------------------------------------------------------------
 
 
@@ -208,6 +237,7 @@ class MethodResult:
     dataset: str | None
     aspects: dict[str, AspectResult] = field(default_factory=dict)
     labels: LabelResult | None = None
+    votes: VoteAgreement | None = None  # items with several people's votes: agreement with them, and theirs
 
 
 def _correlation_of(data: ScoreData, level: Level, rows: Sequence[int] | None = None) -> Correlation:
@@ -301,8 +331,10 @@ def label_result(data: LabelData, *, resamples: int = 1000, confidence: float = 
 
 
 def evaluate_records(records: Iterable[Mapping[str, Any]], name: str = "run", *, level: Level | None = None,
-                     resamples: int = 1000, confidence: float = 0.95, seed: int | None = 0) -> MethodResult:
-    """Meta-evaluate a method's records (one or several aspects, or pairwise/choice verdicts)."""
+                     resamples: int = 1000, confidence: float = 0.95, seed: int | None = 0,
+                     vote_judges: str | None = None) -> MethodResult:
+    """Meta-evaluate a method's records (one or several aspects, or pairwise/choice verdicts); ``vote_judges``: the
+    agreement with several people's votes counts only the votes of judges whose name starts with it."""
     records = list(records)
     datasets = {r.get("dataset") for r in records if r.get("dataset")}
     dataset = datasets.pop() if len(datasets) == 1 else None
@@ -314,6 +346,7 @@ def evaluate_records(records: Iterable[Mapping[str, Any]], name: str = "run", *,
         if any(r.get("task") == kind for r in records):
             result.labels = label_result(label_data(records, kind), resamples=resamples, confidence=confidence,
                                          seed=seed)
+            result.votes = vote_agreement(latest_records(records), kind, vote_judges)
     return result
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jurygraph.judging.doubt import decided_by, panel_verdict, parse_conditions, triggered
-from jurygraph.judging.items import SWAP_LABEL
+from jurygraph.judging.items import SWAP_LABEL, TaskKind, as_item
 from jurygraph.judging.panel import PanelMembers
 from jurygraph.measuring.coverage import DoubtReport, coverage_tables, doubt_reports, panel_records
 from jurygraph.measuring.metaeval import MethodResult, evaluate_records, latest_records
@@ -42,6 +42,7 @@ from jurygraph.measuring.panel import (
 )
 from jurygraph.measuring.position import PositionBias, is_reversed, position_table, run_biases
 from jurygraph.measuring.tables import Table, correlation_table, detail_table, label_table
+from jurygraph.nodes.conversation import judged_span
 from jurygraph.running.rundir import AWAITING_REVIEW, RunManifest
 
 # the texts of an item shown above its conversation, in this order
@@ -208,6 +209,39 @@ def conversation(view: Mapping[str, Any] | None, record: Mapping[str, Any], inte
             "verdict": _verdict_line(record), "error": record.get("error") or ""}
 
 
+def dialogue(item: Mapping[str, Any], intern: Strings) -> list[Any] | None:
+    """A conversation item's messages for the page, None for other items: blocks ``[title, messages, steps]``,
+    each message ``[role, name, text, tool calls [[tool, arguments JSON, id]], judged]`` (judged: 1 in the turn
+    judged), texts interned."""
+    if not any(item.get(name) for name in ("messages", "messages_1", "messages_2")):
+        return None
+    parsed = as_item(dict(item))
+    prefix = list(parsed.messages or [])
+    if parsed.task is TaskKind.SCORE:
+        sides = [("conversation", prefix, 0, parsed.steps)]
+    else:
+        sides = [("conversation so far", prefix, 0, None)] if prefix else []
+        sides += [(f"Assistant {k}", [*prefix, *(own or [])], len(prefix), steps) for k, own, steps in
+                  ((1, parsed.messages_1, parsed.steps_1), (2, parsed.messages_2, parsed.steps_2))]
+    blocks = []
+    for title, messages, start, steps in sides:
+        span = judged_span(messages, parsed.turn) if start or parsed.task is TaskKind.SCORE else None
+        names = {c.id: c.name for m in messages for c in m.tool_calls or () if c.id}
+        rows = [[m.role, m.name or names.get(m.tool_call_id or "", ""), intern(m.text) if m.text else -1,
+                 [[c.name, json.dumps(c.arguments, ensure_ascii=False), c.id or ""] for c in m.tool_calls or ()],
+                 int(span is not None and span[0] <= index < span[1])]
+                for index, m in enumerate(messages) if index >= start]
+        blocks.append([title, rows, " → ".join(" + ".join(step) for step in steps or [])])
+    return blocks
+
+
+def _turns_line(verdict: Mapping[str, Any]) -> str:
+    """A per-turn verdict's turns, as 'turn 1: 3, turn 2: missing'."""
+    turns = (verdict.get("detail") or {}).get("turns") or []
+    shown = [f"turn {t.get('turn')}: {_judgment_text(t) if not t.get('missing') else 'missing'}" for t in turns]
+    return f"; per turn ({(verdict.get('detail') or {}).get('turn_aggregate')}) " + ", ".join(shown) if shown else ""
+
+
 def _verdict_line(record: Mapping[str, Any]) -> str:
     if record.get("status") == AWAITING_REVIEW:
         return "awaiting review (jurygraph review RUN_DIR)"
@@ -219,7 +253,7 @@ def _verdict_line(record: Mapping[str, Any]) -> str:
         return f"missing ({verdict.get('reason') or 'no readable judgment'})" if verdict else "none"
     method = f" [{verdict['method']}]" if verdict.get("method") else ""
     scores = "" if verdict.get("score_1") is None else f" ({verdict['score_1']:g} vs {verdict['score_2']:g})"
-    return f"{value}{scores}{method}{_decision(verdict)}"
+    return f"{value}{scores}{method}{_turns_line(verdict)}{_decision(verdict)}"
 
 
 def _decision(verdict: Mapping[str, Any]) -> str:
@@ -252,6 +286,7 @@ def page_data(runs: Sequence[RunInput]) -> dict[str, Any]:
         values = {comparable(r, is_reversed(runs[k].manifest)) for k, r in by_run.items()} - {None}
         cells: list[Any] = []
         fields: list[list[Any]] = []
+        messages: list[Any] | None = None
         for k, run in enumerate(runs):
             found = by_run.get(k)
             if found is None:
@@ -261,12 +296,14 @@ def page_data(runs: Sequence[RunInput]) -> dict[str, Any]:
             item = (view or {}).get("item") or {}
             if not fields:
                 fields = [[name, intern(item[name])] for name in ITEM_FIELDS if item.get(name) not in (None, "", [])]
+            if messages is None:
+                messages = dialogue(item, intern)
             tags = outcomes(found) + (["flipped"] if item_id in flipped[k] else []) + \
                 (["split"] if len(values) > 1 else [])
             shown = "failed" if "failed" in tags else "awaiting review" if "awaiting" in tags else "missing"
             cells.append([verdict_value(found) or shown,
                           human_value(found) or "", " ".join(tags), conversation(view, found, intern)])
-        items.append([item_id, fields, cells])
+        items.append([item_id, fields, cells, messages or 0])
     return {"strings": intern.table, "runs": [run.name for run in runs], "outcomes": list(OUTCOMES),
             "items": items}
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from jurygraph.judging.aspects import aspects_of
 from jurygraph.measuring.metaeval import MethodResult, compare_labels, compare_scores
 from jurygraph.measuring.metrics import PairedTest, score_distribution
+from jurygraph.measuring.votes import SETUPS
 
 SYMBOL = {"pearson": "r", "spearman": "ρ", "kendall": "τ"}
 LAYOUTS: dict[tuple[str | None, str], tuple[str, ...]] = {
@@ -174,6 +175,29 @@ def label_table(methods: Sequence[MethodResult]) -> Table:
     return Table(f"{dataset}: agreement with the human verdict", ["Method", "Acc.", "Kap.", "n", "missing"],
                  rows, notes=["Acc. in %; Kap. = Cohen's kappa of the 3-way verdict (1 / 2 / tie); missing "
                               "verdicts are excluded, not counted as ties."])
+
+
+def votes_table(methods: Sequence[MethodResult]) -> Table:
+    """MT-Bench's Table 2 layout: each method's agreement with the human votes beside the humans' with one another,
+    with and without ties (the number of compared pairs under each)."""
+    rows = []
+    for method in methods:
+        found = method.votes
+        if found is None:
+            continue
+        cells = [method.name, str(found.items)]
+        for side in (found.panel, found.humans):
+            for setup in SETUPS:
+                cells += [number(100 * side[setup].rate, 1), str(side[setup].total)]
+        rows.append(cells)
+    columns = ["Method", "Items", "w/ tie", "pairs", "w/o tie", "pairs", "w/ tie", "pairs", "w/o tie", "pairs"]
+    judges = next((m.votes.judges for m in methods if m.votes is not None and m.votes.judges), None)
+    title = "agreement with the human votes" + (f" (judges {judges}*)" if judges else "")
+    return Table(title, columns, rows,
+                 groups=[("", 2), ("panel vs human", 4), ("human vs human", 4)],
+                 notes=["% of compared pairs that agree: the panel's verdict against each vote on its item, and every "
+                        "two votes on an item (MT-Bench's agreement, pairs pooled over items); w/o tie leaves out the "
+                        "pairs with a tie on either side."])
 
 
 def detail_table(methods: Sequence[MethodResult]) -> Table:

@@ -10,14 +10,15 @@ ends; every start recomputes it from the ledger. Cache hits cost nothing and are
 :class:`Budget` decides whether an item may start: only if what was spent, plus what the items in flight may still
 spend, plus what this item may spend stays within every limit. What an item may spend (its *reserve*) is its own:
 the item's calls rendered with replies at their output budget (loops at their longest; the dry run's rendering),
-times ``RESERVE_MARGIN`` for the tokenizer's approximation (the run's cache is not consulted: a reserve is never
-0); an item that cannot be rendered takes the largest reserve of the run so far. Far from the limit an item no
-longer than one already rendered takes that one's reserve (rendering costs ~2-4 ms a call); near it, every item
-is rendered. An item in flight may still spend its reserve less what it has
-spent. An item whose reserve alone passes a limit is held back (it could never fit) and the run goes on with the
-next; the first item that does not fit what is left stops the run from starting items (both are named in the
-manifest's ``budget.held_back`` and in the line the run ends with, exit 3). The run can pass a limit only when an
-item spends more than its reserve (a format re-ask); the end then says by how much (``budget.overrun``, exit 3).
+times ``RESERVE_MARGIN`` for the tokenizer's approximation (the run's cache is not consulted: a reserve is never 0);
+an item that cannot be rendered takes the largest reserve of the run so far. Far from the limit an item no longer
+than one already rendered, and with no more assistant turns (``--per-turn`` judges each), takes that one's reserve
+(rendering costs ~2-4 ms a call); near it, every item is rendered. An item in flight may still spend its reserve
+less what it has spent. An item whose reserve alone passes a limit is held back (it could never fit) and the run
+goes on with the next; the first item that does not fit what is left stops the run from starting items (both are
+named in the manifest's ``budget.held_back`` and in the line the run ends with, exit 3). The run can pass a limit
+only when an item spends more than its reserve (a format re-ask); the end then says by how much (``budget.overrun``,
+exit 3).
 
 The budget is the run's, over every invocation: ``--resume RUN_DIR --max-cost HIGHER`` continues a run that stopped
 at its budget, counting what the earlier invocations spent.
@@ -26,11 +27,13 @@ at its budget, counting what the earlier invocations spent.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from jurygraph.judging.conversations import assistant_turns
 from jurygraph.llm.pricing import entry_cost, price_of
 from jurygraph.running.estimate import Estimate
 from jurygraph.running.ledger import UNATTRIBUTED, Ledger, Payment, PostgresLedger, Totals
@@ -201,6 +204,13 @@ class SpendMeter:
             self.file.close()
 
 
+def _assistant_turns(item: Any) -> int:
+    """The most assistant turns a side of a conversation item has (0: not a conversation)."""
+    prefix = list(getattr(item, "messages", None) or [])
+    sides = [[*prefix, *(getattr(item, name, None) or [])] for name in ("messages_1", "messages_2")]
+    return max(len(assistant_turns(side)) for side in [prefix, *sides])
+
+
 @dataclass
 class Budget:
     """``--max-cost`` and/or ``--max-total-tokens`` over the whole run, and what each item may spend.
@@ -215,26 +225,28 @@ class Budget:
     reserves: dict[str, Spend] = field(default_factory=dict)  # each item's, once rendered
     held_back: dict[str, str] = field(default_factory=dict)  # item id -> why it was not started
     largest: Spend | None = None  # the largest reserve an item started with
-    # (item size, reserve) of the items rendered, by size: an item of a size seen takes the next one's reserve
-    _rendered: list[tuple[int, Spend]] = field(default_factory=list)
+    # (item size, its assistant turns, reserve) of the items rendered, by size: an item no larger in either takes
+    # the reserve of the next one
+    _rendered: list[tuple[int, int, Spend]] = field(default_factory=list)
 
     def reserve_for(self, item: Any, meter: SpendMeter) -> Spend | None:
-        """What ``item`` may spend: its own rendering times ``RESERVE_MARGIN``, else the largest reserve an item
-        started with (or the estimate's); None when there is none at all (the item is held back).
+        """What ``item`` may spend: its own rendering times ``RESERVE_MARGIN`` (nothing, when its rendering sends no
+        request), else the largest reserve an item started with (or the estimate's); None when there is none at all
+        (the item is held back).
 
         Rendering costs ~2-4 ms a call, so far from the limit it is spared: an item whose text is no longer than an
-        item already rendered takes the reserve of the shortest such item (an item's calls grow with its text). An
-        item longer than any rendered, and every item once what is left is within ``RENDER_WITHIN`` of the largest
-        reserves of a limit, is rendered."""
+        item already rendered, and with no more assistant turns, takes the reserve of the shortest such item (an
+        item's calls grow with its text, and with its turns under ``--per-turn``, which judges each: a short
+        conversation of many turns may cost more than a long one of few). Any other item, and every item once what
+        is left is within ``RENDER_WITHIN`` of the largest reserves of a limit, is rendered."""
         found = self.reserves.get(item.id)
         if found is not None:
             return found
-        size = len(item.model_dump_json(exclude_none=True))
-        at = bisect.bisect_left(self._rendered, (size,))
-        reserve: Spend | None
-        if at < len(self._rendered) and not self._near(meter):
-            reserve = self._rendered[at][1]
-        else:
+        size, turns = len(item.model_dump_json(exclude_none=True)), _assistant_turns(item)
+        at = bisect.bisect_left(self._rendered, size, key=lambda entry: entry[0])
+        larger = (entry[2] for entry in itertools.islice(self._rendered, at, None) if entry[1] >= turns)
+        reserve: Spend | None = None if self._near(meter) else next(larger, None)
+        if reserve is None:
             own: Spend | None = None
             if self.price_item is not None:
                 try:
@@ -243,7 +255,10 @@ class Budget:
                     own = None
             if own is not None and own.requests:
                 reserve = own.scaled(RESERVE_MARGIN)
-                bisect.insort(self._rendered, (size, reserve), key=lambda entry: entry[0])
+                bisect.insort(self._rendered, (size, turns, reserve), key=lambda entry: entry[0])
+            elif own is not None:  # rendered, and it sends nothing (a trajectory match decides it): it costs nothing
+                self.reserves[item.id] = own  # (never another item's reserve: theirs may not be decided so)
+                return own
             else:
                 reserve = self.largest or self.reserve
         if reserve is None or not reserve.requests:

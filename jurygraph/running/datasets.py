@@ -8,6 +8,7 @@ reported as a :class:`RowError` naming the file, the row and the field.
 
 from __future__ import annotations
 
+import collections
 import csv
 import hashlib
 import itertools
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 from jurygraph.judging.aspects import aspects_of, get_aspect
 from jurygraph.judging.benchmarks import canonical
 from jurygraph.judging.items import SWAP_LABEL, EvalItem, MissingFields, Scale, TaskKind, UnknownLabel
+from jurygraph.running.langsmith_runs import RunFieldError, is_langsmith_run, run_item, traces
 
 # the shipped copy of each built-in benchmark (by its canonical name, judging.benchmarks)
 BUILTIN = {"faireval": "faireval.json", "summeval": "summeval.json", "topical-chat": "topical_chat.json"}
@@ -56,7 +58,7 @@ class Dataset:
 
     def __init__(self, name: str, items: list[EvalItem] | None = None, errors: list[RowError] | None = None,
                  sha256: str = "", *, reread: Callable[[], Iterator[EvalItem]] | None = None, count: int = 0,
-                 duplicates: Sequence[str] = (), task: TaskKind | None = None) -> None:
+                 duplicates: Sequence[str] = (), task: TaskKind | None = None, texts: int | None = None) -> None:
         self.name = name
         self.errors: list[RowError] = errors if errors is not None else []
         self.sha256 = sha256
@@ -65,6 +67,7 @@ class Dataset:
         self._count = count
         self._duplicates = list(duplicates)
         self._task = task  # a streamed table's rows share its task kind
+        self._texts = texts  # a streamed table's items that are not conversations (counted by its validating pass)
 
     @property
     def items(self) -> list[EvalItem]:
@@ -95,6 +98,14 @@ class Dataset:
             return {self._task.value} if self._count else set()
         return {item.task.value for item in self}
 
+    @property
+    def conversational(self) -> bool:
+        """Whether the dataset has items and every one is a conversation (``messages``), whose rubric an aspect
+        chooses."""
+        if self._items is None and self._texts is not None:
+            return bool(self._count) and not self._texts
+        return bool(len(self)) and all(item.conversational for item in self)
+
     def head(self, n: int | None) -> Dataset:
         """The first ``n`` items (all for None) as a dataset of the same kind: a streamed one stays streamed."""
         if n is None or n >= len(self):
@@ -102,7 +113,7 @@ class Dataset:
         if self._items is not None:
             return Dataset(self.name, self._items[:n], self.errors, self.sha256)
         return Dataset(self.name, errors=self.errors, sha256=self.sha256, count=n, duplicates=self._duplicates,
-                       task=self._task, reread=lambda: itertools.islice(iter(self), n))
+                       task=self._task, texts=self._texts, reread=lambda: itertools.islice(iter(self), n))
 
     def __len__(self) -> int:
         return len(self._items) if self._items is not None else self._count
@@ -344,6 +355,174 @@ def _topical_chat(source: _Source, aspect: str) -> Dataset:
     return dataset
 
 
+# MT-Bench's human judgments (Zheng et al. 2023; ``lmsys/mt_bench_human_judgments`` on the Hugging Face hub, its
+# "human" split): one row per vote, recognised from these fields
+MT_BENCH_FIELDS = frozenset({"question_id", "model_a", "model_b", "winner", "judge", "conversation_a",
+                             "conversation_b", "turn"})
+# a vote as jurygraph's label; both of MT-Bench's ties are ties (the vote keeps its own spelling as "winner")
+MT_BENCH_WINNERS = {"model_a": "1", "model_b": "2", "tie": "tie", "tie (bothbad)": "tie"}
+
+
+def is_mt_bench(row: Any) -> bool:
+    """Whether a row has MT-Bench's human-judgment fields."""
+    return isinstance(row, Mapping) and set(row) >= MT_BENCH_FIELDS
+
+
+def load_mt_bench(path: str | Path, *, reverse: bool = False, aspect: str | None = None) -> Dataset:
+    """MT-Bench's human judgments, as a JSON array or JSONL file of its rows (one row per vote).
+
+    One pairwise item per (question, pair of models, turn), holding every vote on it: ``human.votes`` (each
+    ``{"judge", "label", "winner"}``, the label in the item's answer order), ``human.label`` the majority of the votes
+    (absent when two labels share the most votes: split humans give no label, their votes still count for the
+    agreement between humans). A tie is a tie (``tie`` and ``tie (bothbad)`` alike; the vote keeps which).
+    Assistant 1 is the ``model_a`` of the pair's first row. ``messages`` is what both conversations begin with (the
+    first question), ``messages_1``/``messages_2`` each model's continuation: at turn 1 its first answer; at turn 2
+    its own first answer, the second question and its second answer (``turn`` = 2 is the answer judged), as
+    MT-Bench's multi-turn judge prompt shows each assistant's whole conversation. ``reverse`` swaps the two
+    conversations; ``aspect`` (``--aspect``) chooses the conversations' rubric (default helpfulness)."""
+    source = _read_rows(Path(path))
+    return _mt_bench(source, reverse, aspect)
+
+
+def _read_rows(file: Path) -> _Source:
+    """A JSON array, or a JSONL file read whole, as one source (for layouts whose rows are grouped into items)."""
+    if file.suffix.lower() != ".jsonl":
+        return _read_json(file)
+    if not file.exists():
+        raise DatasetError(f"{file}: no such file")
+    errors: list[RowError] = []
+    digest = hashlib.sha256()
+    rows = [row for _, row in _rows(file, errors, digest)]
+    if errors:
+        raise DatasetError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+    return _Source(file, digest.hexdigest(), rows)
+
+
+def _turns(conversation: Any, turn: int, field: str) -> list[dict[str, Any]]:
+    """A conversation's messages through its ``turn``-th assistant message, checked."""
+    if not isinstance(conversation, list) or not conversation:
+        raise FieldError(field, "must be a list of messages ({role, content})")
+    kept, answers = [], 0
+    for k, message in enumerate(conversation):
+        if not isinstance(message, Mapping) or not isinstance(message.get("content"), str) \
+                or message.get("role") not in ("system", "user", "assistant"):
+            raise FieldError(f"{field}[{k}]", "must be a message {role: system/user/assistant, content: text}")
+        kept.append({"role": message["role"], "content": message["content"]})
+        answers += message["role"] == "assistant"
+        if answers == turn:
+            return kept
+    raise FieldError(field, f"has {answers} assistant answers; turn {turn} needs {turn}")
+
+
+def _mt_bench_vote(row: Any) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
+    """A row's (item key, model_a, vote in model_a-first order); a FieldError for a bad field."""
+    if not isinstance(row, Mapping):
+        raise FieldError("row", "an MT-Bench row must be an object")
+    winner = _field(row, "winner")
+    if winner not in MT_BENCH_WINNERS:
+        raise FieldError("winner", f"{winner!r} is not one of {', '.join(MT_BENCH_WINNERS)}")
+    turn = _field(row, "turn")
+    if turn not in (1, 2) or isinstance(turn, bool):
+        raise FieldError("turn", f"{turn!r} is not 1 or 2")
+    model_a, model_b = _field(row, "model_a"), _field(row, "model_b")
+    if not isinstance(model_a, str) or not isinstance(model_b, str) or not model_a or model_a == model_b:
+        raise FieldError("model_b", "model_a and model_b must name two different models")
+    for side in ("conversation_a", "conversation_b"):
+        _turns(row.get(side), turn, side)
+    judge = row.get("judge")
+    judge = "/".join(map(str, judge)) if isinstance(judge, list) else str(judge)  # gpt4_pair: ["gpt-4", "pair-v2"]
+    key = (str(_field(row, "question_id")), *sorted((model_a, model_b)), turn)
+    return key, model_a, {"judge": judge, "label": MT_BENCH_WINNERS[winner], "winner": winner}
+
+
+def majority(labels: Sequence[str]) -> str | None:
+    """The most common label, None when two labels share the most votes (or there is none)."""
+    counts = collections.Counter(labels).most_common()
+    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+        return None
+    return counts[0][0]
+
+
+def _mt_bench(source: _Source, reverse: bool, aspect: str | None = None) -> Dataset:
+    file, rows = str(source.file), source.data
+    if not isinstance(rows, list):
+        raise DatasetError(f"{file}: expected a JSON array (or JSONL) of MT-Bench judgment rows")
+    dataset = Dataset("mt-bench", sha256=source.sha256)
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}  # in order of first appearance
+    for i, row in enumerate(rows):
+        where = _row_label(i + 1, row, "question_id")
+        try:
+            key, model_a, vote = _mt_bench_vote(row)
+        except FieldError as err:
+            dataset.errors.append(RowError(file, where, err.field, str(err)))
+            continue
+        group = groups.setdefault(key, {"row": row, "where": where, "votes": []})
+        if model_a != group["row"]["model_a"]:  # the same pair the other way round
+            vote = {**vote, "label": SWAP_LABEL[vote["label"]]}
+        group["votes"].append(vote)
+    for group in groups.values():
+        def build(group: dict[str, Any] = group) -> dict[str, Any]:
+            row, votes = group["row"], group["votes"]
+            turn = int(row["turn"])
+            one, two = _turns(row["conversation_a"], turn, "conversation_a"), \
+                _turns(row["conversation_b"], turn, "conversation_b")
+            human: dict[str, Any] = {"votes": votes}
+            label = majority([vote["label"] for vote in votes])
+            if label is not None:
+                human["label"] = label
+            question = [m["content"] for m in one if m["role"] == "user"][-1]
+            shared = 0  # the messages both conversations begin with (the first question): said once
+            while shared < min(len(one), len(two)) - 1 and one[shared] == two[shared]:
+                shared += 1
+            return {"id": f"{row['question_id']}-{row['model_a']}-vs-{row['model_b']}-t{turn}", "task": "pairwise",
+                    "dataset": "mt-bench", "aspect": aspect, "question": question, "messages": one[:shared] or None,
+                    "messages_1": one[shared:], "messages_2": two[shared:], "turn": turn,
+                    "human": human, "meta": {"question_id": row["question_id"], "turn": turn,
+                                             "model_1": row["model_a"], "model_2": row["model_b"]}}
+        item = _build(dataset.errors, file, group["where"], build)
+        if item is not None:
+            dataset.items.append(_reversed(item) if reverse else item)
+    return dataset
+
+
+# a conversation rated on no scale of its own (a LangSmith run, an agent's thread) is rated 1-10, as MT-Bench's
+# single-answer grading rates a conversation
+CONVERSATION_SCALE = Scale(low=1, high=10)
+
+
+def load_langsmith(path: str | Path, *, aspect: str | None = None, scale: Scale | None = None) -> Dataset:
+    """A LangSmith run export (JSON array, JSONL or ``{"runs": [...]}``): one score item per trace, its conversation
+    and steps (:mod:`jurygraph.running.langsmith_runs`), rated on ``scale`` (default 1-10)."""
+    return _langsmith(_read_rows(Path(path)), aspect, scale)
+
+
+def _langsmith(source: _Source, aspect: str | None, scale: Scale | None) -> Dataset:
+    file, data = str(source.file), source.data
+    runs = data.get("runs") if isinstance(data, dict) else data
+    if not isinstance(runs, list):
+        raise DatasetError(f"{file}: expected a JSON array (or JSONL) of LangSmith runs, or {{'runs': [...]}}")
+    dataset = Dataset("langsmith", sha256=source.sha256)
+    readable = []
+    for i, run in enumerate(runs):
+        if is_langsmith_run(run):
+            readable.append((i, run))
+        else:
+            dataset.errors.append(RowError(file, i + 1, None, "not a LangSmith run (it needs id, run_type, inputs)"))
+    rows = {str(run["id"]): i for i, run in readable}
+    for root, trace in traces([run for _, run in readable]).items():
+        run = trace[[str(r["id"]) for r in trace].index(root)]
+
+        def build(run: Mapping[str, Any] = run, trace: list[Mapping[str, Any]] = trace) -> dict[str, Any]:
+            try:
+                fields = run_item(run, trace)
+            except RunFieldError as err:
+                raise FieldError(err.field, str(err)) from None
+            return {"task": TaskKind.SCORE.value, "dataset": "langsmith", "aspect": aspect,
+                    "scale": (scale or CONVERSATION_SCALE).model_dump(), **fields}
+        _make(dataset, file, _row_label(rows[root] + 1, run, "id"), build)
+    return dataset
+
+
 def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, str] | None = None,
                defaults: Mapping[str, Any] | None = None, reverse: bool = False) -> Dataset:
     """A JSONL or CSV file, one item per row. ``mapping`` maps item fields to column names
@@ -382,10 +561,13 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
 
     errors: list[RowError] = []
     digest = hashlib.sha256()
-    ids = [item.id for item in items(errors, digest)]  # the validating pass keeps only the ids
+    ids, texts = [], 0  # the validating pass keeps only the ids, and counts the items that are not conversations
+    for item in items(errors, digest):
+        ids.append(item.id)
+        texts += not item.conversational
     # iterating reads the file again; its rows' problems were reported by this pass, so they are not collected
     return Dataset(file.stem, errors=errors, sha256=digest.hexdigest(), reread=lambda: items([]), count=len(ids),
-                   duplicates=repeated(ids), task=TaskKind(task))
+                   duplicates=repeated(ids), task=TaskKind(task), texts=texts)
 
 
 # the item fields a same-named column fills (human and meta only as objects); once, not per row: reading a
@@ -439,17 +621,50 @@ def _table_row(row: Mapping[str, Any], number: int, task: str, columns: Mapping[
                                      f"{', '.join(map(str, row)) or 'none'}")
         _put(data, target, recoded.get(target, {}).get(str(row[column]), row[column]))
     data.setdefault("id", str(number))
+    for name in _JSON_FIELDS:
+        _parse_json_cell(data, name)
     if data["task"] == TaskKind.SCORE.value and isinstance(data.get("human"), dict):
         # an empty cell is no label (the item still loads; metaeval counts it as unlabelled)
         # a label that is not a number ("abc") is an error in the file, not a missing label
-        data["human"] = {k: _number(v, f"human.{k}") for k, v in data["human"].items()
-                         if v not in ("", None)} or None
+        # per-turn labels of a conversation (human.turns: {"2": 4}) are numbers too, checked per turn
+        data["human"] = {k: _turn_numbers(v) if k == "turns" and isinstance(v, Mapping) else _number(v, f"human.{k}")
+                         for k, v in data["human"].items() if v not in ("", None)} or None
     for name in ("low", "high"):
         value = data.pop(f"scale_{name}", None)
         if value not in ("", None):  # an empty cell gives no bound; a row's own wins over --scale's (a new dict:
             # the default is every row's)
             data["scale"] = {**(data.get("scale") or {}), name: _number(value, f"scale_{name}")}
     return data
+
+
+# item fields that hold a conversation, steps or a reference trajectory: a CSV cell (or a JSONL string) holds them
+# as JSON text
+_JSON_FIELDS = ("messages", "messages_1", "messages_2", "steps", "steps_1", "steps_2", "reference")
+
+
+def _parse_json_cell(data: dict[str, Any], name: str) -> None:
+    value = data.get(name)
+    if not isinstance(value, str):
+        return
+    if not value.strip():  # an empty cell: no conversation
+        data.pop(name)
+        return
+    if name == "reference" and not value.lstrip().startswith("["):
+        return  # a reference answer, as text
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as err:
+        if name == "reference":
+            return
+        raise FieldError(name, f"is not JSON ({err.msg} at character {err.pos}); a conversation is a JSON list of "
+                               "messages") from None
+    if name != "reference" or (isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)):
+        data[name] = parsed
+
+
+def _turn_numbers(labels: Mapping[str, Any]) -> dict[str, Any]:
+    return {turn: value if isinstance(value, Mapping) else _number(value, f"human.turns.{turn}")
+            for turn, value in labels.items() if value not in ("", None)}
 
 
 _VALUE_MAP = re.compile(r"^(?P<target>[^\[\]]+)\[(?P<value>[^\]]*)\]$")
@@ -528,15 +743,18 @@ def _rows(file: Path, errors: list[RowError], digest: Any = None) -> Iterator[tu
 def load_dataset(name_or_path: str | Path, *, aspect: str | None = None, task: str | None = None,
                  mapping: Mapping[str, str] | None = None, reverse: bool = False,
                  scale: Scale | None = None) -> Dataset:
-    """A built-in benchmark by name, a file in one of their layouts, or a JSONL/CSV table (with ``task``);
-    ``scale``: the rating scale of a score table's rows that give none (``--scale``)."""
+    """A built-in benchmark by name, a file in one of their layouts (or MT-Bench's human judgments), a LangSmith run
+    export, or a JSONL/CSV table (with ``task``). ``scale`` (``--scale``): the score items' scale where the data
+    gives none: a score table's rows without ``scale_low``/``scale_high``, a LangSmith export's runs (default
+    1-10); refused for data whose items have their own."""
     key = str(name_or_path)
     dataset = _load(key, aspect, task, mapping, reverse, scale)
     # a dataset's items share one task kind; a streamed table knows its kind without reading a row again
-    if aspect and TaskKind.PAIRWISE.value in dataset.tasks:
-        # FairEval-style preferences have no aspects: an --aspect would be silently ignored
-        raise DatasetError(f"{name_or_path}: --aspect {aspect} applies to score datasets; this one holds pairwise "
-                           "preferences")
+    if aspect and TaskKind.PAIRWISE.value in dataset.tasks and not dataset.conversational:
+        # FairEval-style preferences between texts have no aspects: an --aspect would be silently ignored (pairwise
+        # conversations have: it chooses their rubric)
+        raise DatasetError(f"{name_or_path}: --aspect {aspect} applies to score datasets and to conversations (it "
+                           "chooses their rubric); this one holds pairwise preferences between texts")
     return dataset
 
 
@@ -545,25 +763,51 @@ def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, 
     kind = canonical(key)
     path = Path(key)
     table = kind is None and path.suffix.lower() in (".jsonl", ".csv")
-    if scale is not None and not (table and task == TaskKind.SCORE.value):
-        raise DatasetError(f"{key}: --scale {scale} gives the rows of a JSONL/CSV score table (--task score) their "
-                           "scale; this dataset's items have theirs")
     if kind is not None:
+        if scale is not None:  # said before the packaged file is read
+            raise DatasetError(_scale_refused(key, scale))
         return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse)
+    layout = _jsonl_layout(path) if path.suffix.lower() == ".jsonl" else None
+    if layout is not None:  # a layout whose rows are grouped into items: read whole, as its JSON array would be
+        return _load_kind(layout, _read_rows(path), aspect, reverse, scale)
     if table:
         if task is None:
             raise DatasetError(f"{path}: a JSONL/CSV dataset needs --task (pairwise, score or choice)")
+        if scale is not None and task != TaskKind.SCORE.value:
+            raise DatasetError(_scale_refused(key, scale))
         defaults: dict[str, Any] = {"aspect": aspect} if aspect else {}
         if scale is not None:
             defaults["scale"] = {"low": scale.low, "high": scale.high}
         return load_table(path, task=task, mapping=mapping, defaults=defaults or None, reverse=reverse)
     source = _read_json(path)  # read and parsed once: to recognise the layout and to load it
-    return _load_kind(_sniff(source), source, aspect, reverse)
+    return _load_kind(_sniff(source), source, aspect, reverse, scale)
 
 
-def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool) -> Dataset:
+def _scale_refused(key: str, scale: Scale) -> str:
+    return (f"{key}: --scale {scale} gives the rows of a JSONL/CSV score table (--task score) their scale, as it does "
+            "a LangSmith export's runs and --from-threads' threads; this dataset's items have theirs")
+
+
+def _jsonl_layout(path: Path) -> str | None:
+    """The layout a JSONL file's first row names (``mt-bench``), or None for a plain table."""
+    try:
+        with path.open("rb") as handle:
+            first = next((line for line in handle if line.strip()), b"")
+        row = json.loads(first.decode("utf-8-sig")) if first else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # the table reader reports it, naming the line
+    return "mt-bench" if is_mt_bench(row) else "langsmith" if is_langsmith_run(row) else None
+
+
+def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool, scale: Scale | None = None) -> Dataset:
+    if kind == "langsmith" and not reverse:
+        return _langsmith(source, aspect, scale)
+    if scale is not None:
+        raise DatasetError(_scale_refused(str(source.file), scale))
     if kind == "faireval":
         return _faireval(source, reverse)
+    if kind == "mt-bench":
+        return _mt_bench(source, reverse, aspect)
     if reverse:  # a score dataset has one answer per item: nothing to swap, and ignoring it would mislead
         raise DatasetError(f"{source.file}: --reverse swaps the two answers of pairwise items; {kind} rates single "
                            "texts")
@@ -576,11 +820,18 @@ def _sniff(source: _Source) -> str:
     data, path = source.data, source.file
     if isinstance(data, dict) and "rows" in data:
         return "summeval"
+    if isinstance(data, dict) and isinstance(data.get("runs"), list):
+        return "langsmith"
     if isinstance(data, list) and data and isinstance(data[0], dict):
+        if is_mt_bench(data[0]):  # before FairEval: its rows have a question_id too
+            return "mt-bench"
+        if is_langsmith_run(data[0]):
+            return "langsmith"
         if "human_results" in data[0] or "question_id" in data[0]:
             return "faireval"
         if "system_output" in data[0]:
             return "topical-chat"
         if "machine_summaries" in data[0]:
             return "summeval"
-    raise DatasetError(f"{path}: not a FairEval, SummEval or Topical-Chat layout; use .jsonl/.csv with a mapping")
+    raise DatasetError(f"{path}: not a FairEval, SummEval, Topical-Chat, MT-Bench or LangSmith-export layout; use "
+                       ".jsonl/.csv with a mapping")

@@ -460,12 +460,22 @@ def requests_shape(low: float, high: float) -> int | dict[str, int]:
     return _shape(round(low), round(high))
 
 
+def per_item_shape(low: float, high: float) -> float | dict[str, float]:
+    """Requests per item, a mean: an integer when every item costs the same, else to two decimals (a trajectory
+    match that decides some items for nothing makes the others' cost an average, not a round number)."""
+    def mean(x: float) -> float:
+        return round(x) if abs(x - round(x)) < 1e-9 else round(x, 2)
+
+    fewest, most = mean(low), mean(high)
+    return most if fewest == most else {"min": fewest, "max": most}
+
+
 def by_model_json(estimate: Estimate) -> dict[str, dict[str, Any]]:
     out = {}
     for label, model in estimate.models.items():
         entry: dict[str, Any] = {"items": model.items}
         per_item = estimate.items or 1
-        entry["requests_per_item"] = requests_shape(model.fewest["requests"] / per_item,
+        entry["requests_per_item"] = per_item_shape(model.fewest["requests"] / per_item,
                                                     model.most["requests"] / per_item)
         for key in COUNTS:
             entry[key] = requests_shape(model.fewest[key], model.most[key])

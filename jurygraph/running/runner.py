@@ -162,7 +162,7 @@ def item_record(item: EvalItem, values: Mapping[str, Any], status: str, error: s
     verdict = values.get("verdict")
     record: dict[str, Any] = {
         "id": item.id, "status": status, "task": item.task.value, "dataset": item.dataset,
-        "aspect": item.aspect, "group": item.group, "human": item.human,
+        "aspect": item.aspect, "turn": item.turn, "group": item.group, "human": item.human,
         "verdict": verdict, "judgments": judgments,
         "n_missing": sum(1 for j in judgments.values() if j.get("missing")),
         "usage": values.get("usage") or {},
@@ -172,7 +172,7 @@ def item_record(item: EvalItem, values: Mapping[str, Any], status: str, error: s
     }
     if verdict:  # how unsure the panel was, and who decided when a stronger judge or a person did
         record["doubt"] = doubt_signals(values)
-        if {"escalation", "review"} & set(verdict.get("detail") or {}):
+        if {"escalation", "review", "trajectory_match"} & set(verdict.get("detail") or {}):
             record["decided_by"] = decided_by(verdict)
     if error:
         record["error"] = error

@@ -1,7 +1,8 @@
 """Deterministic fake chat models for tests, notebooks and examples (no network, no keys).
 
 :class:`FakeJudge` answers from the prompt with a function you give it (or a fixed script) and records
-every call, thread- and asyncio-safe, so a test can assert exactly what each agent saw.
+every call, thread- and asyncio-safe, so a test can assert exactly what each agent saw. :class:`FakeAgentModel`
+plays an agent's model instead: its script answers with tool calls (``jurygraph.testing.fake_agent``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr
+
+from jurygraph.testing.fake_agent import FakeAgentModel
+
+__all__ = ["Call", "FakeAgentModel", "FakeJudge", "Responder", "pairwise_reply"]
 
 Responder = Callable[[str, Sequence[BaseMessage]], str]
 

@@ -55,6 +55,7 @@ class FakeLangSmith(LocalServer):
 
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
+        self._patched: dict[str, set[str]] = {}  # run id -> the fields a patch set
         self.paths: list[str] = []  # the path of every POST/PATCH/PUT, in order
         self.api_keys: set[str] = set()
         self.sessions: dict[str, dict[str, Any]] = {}  # projects, experiments included, by id
@@ -93,13 +94,20 @@ class FakeLangSmith(LocalServer):
 
     # --- traced runs ------------------------------------------------------------------------------------------
 
-    def _merge(self, run_id: str, field: str | None, value: Any) -> None:
+    def _merge(self, run_id: str, field: str | None, value: Any, kind: str = "post") -> None:
+        """Add what a post or patch says of a run. The client may send a run's end (its patch: outputs, end time)
+        before its start (its post) when they go in different requests: as LangSmith does, what a patch set is never
+        undone by a post."""
         with self._lock:
             run = self.runs.setdefault(run_id, {"id": run_id})
-            if field is None:
-                run.update(value)
-            else:
-                run[field] = value
+            patched = self._patched.setdefault(run_id, set())
+            fields = dict(value or {}) if field is None else {field: value}
+            for key, item in fields.items():
+                if kind == "patch":
+                    patched.add(key)
+                elif key in patched:
+                    continue
+                run[key] = item
 
     def _record_runs(self, path: str, content_type: str, body: bytes) -> None:
         if path.startswith("/runs/multipart"):
@@ -113,11 +121,12 @@ class FakeLangSmith(LocalServer):
                 run_id, _, field = rest.partition(".")
                 payload = part.get_payload(decode=True)
                 self._merge(run_id, field or None, json.loads(payload) if isinstance(payload, bytes) and payload
-                            else None)
+                            else None, kind)
         elif path.startswith("/runs/batch"):
             batch = json.loads(body or b"{}")
-            for run in [*batch.get("post", []), *batch.get("patch", [])]:
-                self._merge(str(run["id"]), None, run)
+            for kind in ("post", "patch"):
+                for run in batch.get(kind, []):
+                    self._merge(str(run["id"]), None, run, kind)
 
     def _session_of(self, run: dict[str, Any]) -> str | None:
         """The id of the project a run was traced to (its own session_id, else the project of its session_name,
