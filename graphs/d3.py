@@ -384,6 +384,7 @@ SPEC = ProtocolSpec(
     options=OPTIONS,
     build=_build,
     tasks=("pairwise",),
+    conversations=(),  # its released prompts judge two plain answers; no conversation templates
     plan=_plan,
     bounds=_bounds,
     # the scripted judge repeats its scores, which the convergence rule reads as converged: the most renders R rounds

@@ -570,10 +570,10 @@ def test_a_protocol_judges_the_conversations_its_spec_says(openai_server, tmp_pa
     from jurygraph.graphs.registry import builtin
     from jurygraph.graphs.spec import ProtocolSpec
 
-    # D3 (pairwise texts) does not say yet: its conversations are not checked
+    # D3 judges two plain answers: conversation items are refused before any request
     assert {name: spec.conversations for name, spec in builtin().items()} == {
         "chateval": ("pairwise", "score"), "debate": ("score",), "refer": ("score",), "single": ("pairwise", "score"),
-        "ensemble": ("pairwise", "score"), "geval": ("score",), "analyze-rate": ("score",), "d3": None}
+        "ensemble": ("pairwise", "score"), "geval": ("score",), "analyze-rate": ("score",), "d3": ()}
     with pytest.raises(ValueError, match=r"conversation templates for \['pairwise'\] items, which it does not judge"):
         ProtocolSpec("x", create_single_agent, tasks=("score",), conversations=("pairwise",))
     module = tmp_path / "texts_only.py"

@@ -16,7 +16,7 @@ from typing import Any
 from langgraph.graph import StateGraph
 
 from jurygraph.cli.protocols import ProtocolSetup
-from jurygraph.judging.items import EvalItem
+from jurygraph.judging.items import EvalItem, plural
 from jurygraph.judging.state import COUNTS
 from jurygraph.llm.limits import ProviderGates
 from jurygraph.llm.models import JuryContext, ModelSpec, to_spec
@@ -203,7 +203,7 @@ def _line(result: Estimate, total: int) -> str:
     low, high = result.cost("fewest"), result.cost("most")
     cost = "" if low is None or high is None else f", {_usd(low * scale, high * scale)}"
     approximate = "" if result.exact_tokens else ", tokens approximate"
-    return (f"estimate: {requests} requests, {tokens} tokens{cost} (from {result.rendered} of {total} items"
+    return (f"estimate: {requests} requests, {tokens} tokens{cost} (from {result.rendered} of {plural(total, 'item')}"
             f"{approximate}; --dry-run for the details)")
 
 
@@ -282,9 +282,11 @@ def _wall_time(result: Estimate, concurrency: int, gates: ProviderGates | None) 
 def _text(report: dict[str, Any]) -> str:
     """The dry run as a table per model and the lines that say how it was counted."""
     scaled = (f"{report['items_rendered']} of {report['items']} items rendered, evenly spaced, scaled"
-              if report["scaled"] else f"all {report['items_rendered']} items rendered")
+              if report["scaled"] else "the item rendered" if report["items_rendered"] == 1
+              else f"all {report['items_rendered']} items rendered")
     done = f"; {report['items_already_done']} already done" if report["items_already_done"] else ""
-    lines = [f"Dry run (no request sent): {report['protocol']} on {report['dataset']}, {report['items']} items "
+    items = plural(report["items"], "item")
+    lines = [f"Dry run (no request sent): {report['protocol']} on {report['dataset']}, {items} "
              f"({scaled}{done}; {report['seconds']:.1f} s)"]
     rows = [("model", "items", "requests/item", "requests", "input tokens", "output tokens", "cost USD",
              "batch USD")]

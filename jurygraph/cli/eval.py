@@ -28,7 +28,7 @@ from jurygraph.cli.protocols import (
 )
 from jurygraph.graphs.calibration import accepted_options
 from jurygraph.graphs.registry import resolve_name, short_name
-from jurygraph.judging.items import Scale
+from jurygraph.judging.items import Scale, plural
 from jurygraph.llm.cache_postgres import is_postgres_url
 from jurygraph.llm.local_model import LocalModelUnusable, check_local_model
 from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_model
@@ -283,7 +283,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return 130
         except RunAborted as stop:
             done = stop.summary
-            sent = f" ({_plural(done.done, 'item')} done, {_plural(done.attempts, 'HTTP request')} sent)" \
+            sent = f" ({plural(done.done, 'item')} done, {plural(done.attempts, 'HTTP request')} sent)" \
                 if done else ""
             print(f"jurygraph: stopped: {stop}{sent}; finished items are kept, resume with --resume {out}",
                   file=sys.stderr)
@@ -304,10 +304,6 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return summary
     _print_summary(summary, out)
     return 1 if summary.failed else 0
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 def _check_dataset(previous: dict[str, Any], sha256: str, source: str, policy: str) -> None:

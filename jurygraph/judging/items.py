@@ -59,6 +59,11 @@ def format_number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+def plural(count: int, noun: str) -> str:
+    """A count and its noun as people write them: 1 item, 2 items, 20,000 items."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
 def format_score(x: float) -> str:
     """A computed score (e.g. a mean) as an agent reports it to another: 5, 3.66667 (6 significant digits)."""
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
