@@ -89,7 +89,8 @@ class Connection(asyncio.Protocol):
                 body = bytes(self.buffer[end + 4:end + 4 + length])
                 del self.buffer[:end + 4 + length]
                 connection = headers.get("connection", "").lower()
-                keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+                keep_alive = (self.server.options.connection == "keep-alive"
+                              and (connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"))
                 self.busy = True
                 self.server.dispatch(self, method, target, headers, body, keep_alive)
         finally:
@@ -135,6 +136,7 @@ class AsyncBenchServer:
         self.outcomes: Counter[str] = Counter()
         self.by_model: Counter[str] = Counter()
         self.by_n: Counter[str] = Counter()
+        self.other: Counter[str] = Counter()  # requests that are not chat completions, by method and path
         self.billed = {"requests": 0, "input_tokens": 0, "output_tokens": 0, "most_tokens": 0}
         # one entry per answered request (a 200 with a completion, online or a batch line):
         # (digest, model, n, answered at, unreadable, received at)
@@ -151,6 +153,7 @@ class AsyncBenchServer:
             self._chat(connection, body, keep_alive)
             return
         answer: tuple[int, bytes, str] | None
+        self.other[f"{method} {path}"] += 1
         if method == "GET" and path in ("/stats", "/log", "/span"):
             since = int(parse_qs(url.query).get("since", ["0"])[0])
             figures = self.stats() if path == "/stats" else self.entries(since) if path == "/log" else self.span(since)
@@ -258,6 +261,7 @@ class AsyncBenchServer:
                 "outcomes": dict(self.outcomes), "billed": dict(self.billed), "batches": len(self.batches.created),
                 "by_model": dict(self.by_model), "by_n": dict(self.by_n), "connections": self.connections,
                 "open_connections": self.open_connections, "max_in_flight": self.max_in_flight,
+                "other_requests": dict(self.other),
                 "cpu_seconds": time.process_time()}
 
     def entries(self, since: int) -> dict[str, Any]:

@@ -87,63 +87,86 @@ def server_capacity(server: Any, settings: Settings) -> dict[str, Any]:
             "runs": runs}
 
 
+# how the server treats connections: keep-alive as real providers do; close (HTTP/1.0's way, the server issue 32
+# measured with) costs a TCP connect per request but leaves the client's connection pool empty (see the README)
+CONNECTION_MODES = ("keep-alive", "close")
+PATHS = ("jurygraph eval", "bare loop")
+
+
 def framework(settings: Settings) -> Result:
     """``jurygraph eval`` (ChatEval one-by-one 2 x 2, durable by default) against the bare loop on the same items at
-    zero latency, interleaved ``repeats`` times each, every run its own process; the server's capacity measured
-    before and after them. Requests/s from the server's clock (first request received to last answer)."""
+    zero latency, interleaved ``repeats`` times each, every run its own process, against a server that keeps
+    connections alive and one that closes them; the keep-alive server's capacity measured before and after them.
+    Requests/s from the server's clock (first request received to last answer)."""
     items = bench_items(settings.framework_items)
     calls = 4 * len(items)
     dataset = write_items(items, settings.work / "framework-items.jsonl")
     warm = write_items(items[:10], settings.work / "framework-warm.jsonl")
-    runs: dict[str, list[dict[str, Any]]] = {"jurygraph eval": [], "bare loop": []}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {p: [] for p in PATHS} for m in CONNECTION_MODES}
     digests: dict[str, list[str]] = {}
-    with serve(settings, replies="chateval", latency=0.0) as server:
-        url = server.base_url
-        capacity_before = server_capacity(server, settings)
-        # warm-up: the page cache, the .pyc files, the server's first connections
-        measured(server, _eval_command(url, warm, settings.work / "framework-warm", settings.concurrency))
-        measured(server, _bare_command(url, warm, settings.concurrency))
+    servers = {mode: serve(settings, replies="chateval", latency=0.0, connection=mode) for mode in CONNECTION_MODES}
+    for server in servers.values():
+        server.__enter__()
+    try:
+        main = servers["keep-alive"]
+        capacity_before = server_capacity(main, settings)
+        for mode, server in servers.items():  # warm-up: the page cache, the .pyc files
+            measured(server, _eval_command(server.base_url, warm, settings.work / f"framework-warm-{mode}",
+                                           settings.concurrency))
+            measured(server, _bare_command(server.base_url, warm, settings.concurrency))
         for rep in range(settings.repeats):
-            for path in _rotated(list(runs), rep):
-                since = server.stats()["answered"]
-                out = settings.work / f"framework-eval-{rep}"
-                command = (_eval_command(url, dataset, out, settings.concurrency) if path == "jurygraph eval"
-                           else _bare_command(url, dataset, settings.concurrency))
-                run = measured(server, command)
-                runs[path].append(run)
-                digests.setdefault(path, sorted(e["digest"] for e in server.log(since)))
-                print(f"   framework {path} #{rep + 1}: {json.dumps(run)}", flush=True)
-        capacity_after = server_capacity(server, settings)
-        engine = server.stats()["engine"]
+            for mode, server in servers.items():
+                for path in _rotated(PATHS, rep):
+                    since = server.stats()["answered"]
+                    out = settings.work / f"framework-eval-{mode}-{rep}"
+                    command = (_eval_command(server.base_url, dataset, out, settings.concurrency)
+                               if path == "jurygraph eval" else
+                               _bare_command(server.base_url, dataset, settings.concurrency))
+                    before = server.stats()["cpu_seconds"]
+                    run = measured(server, command)
+                    run["server_cpu_ms_per_request"] = round(
+                        1000 * (server.stats()["cpu_seconds"] - before) / max(1, run["requests"]), 3)
+                    runs[mode][path].append(run)
+                    digests.setdefault(path, sorted(e["digest"] for e in server.log(since)))
+                    print(f"   framework {mode} {path} #{rep + 1}: {json.dumps(run)}", flush=True)
+        capacity_after = server_capacity(main, settings)
+        engine = main.stats()["engine"]
         profile = None
         if settings.profile:
-            profile = _profile_graph(items, JuryContext(default=spec_for(server)), settings)
-    rate = {path: _median(r, "requests_per_second") or 0.0 for path, r in runs.items()}
-    bare, graph = rate["bare loop"], rate["jurygraph eval"]
-    ratio = graph / bare if bare else 0.0
+            profile = _profile_graph(items, JuryContext(default=spec_for(main)), settings)
+    finally:
+        for server in servers.values():
+            server.__exit__(None, None, None)
+    rate = {m: {p: _median(r, "requests_per_second") or 0.0 for p, r in by.items()} for m, by in runs.items()}
+    ratio = {m: round(r["jurygraph eval"] / r["bare loop"], 3) if r["bare loop"] else 0.0 for m, r in rate.items()}
     server_rate = min(capacity_before["requests_per_second"], capacity_after["requests_per_second"])
-    fastest_bare = max((r["requests_per_second"] or 0.0) for r in runs["bare loop"])
+    fastest_bare = max((r["requests_per_second"] or 0.0) for by in runs.values() for r in by["bare loop"])
     headroom = server_rate / fastest_bare if fastest_bare else 0.0
-    result = Result("framework", len(items), settings.concurrency, 0.0, calls / graph if graph else 0.0,
-                    int(statistics.median(r["requests"] for r in runs["jurygraph eval"])), expected_requests=calls)
+    main_rate = rate["keep-alive"]["jurygraph eval"]
+    result = Result("framework", len(items), settings.concurrency, 0.0, calls / main_rate if main_rate else 0.0,
+                    int(statistics.median(r["requests"] for r in runs["keep-alive"]["jurygraph eval"])),
+                    expected_requests=calls)
     result.checks["same calls (digests) from jurygraph eval and the bare loop"] = \
         digests["jurygraph eval"] == digests["bare loop"]
     result.checks["every run sent 4 calls per item and exited 0"] = all(
-        r["requests"] == calls and r["exit_code"] == 0 for v in runs.values() for r in v)
+        r["requests"] == calls and r["exit_code"] == 0 for by in runs.values() for v in by.values() for r in v)
+
+    def per_path(key: str) -> dict[str, dict[str, float | None]]:
+        return {m: {p: _median(r, key) for p, r in by.items()} for m, by in runs.items()}
+
     result.figures.update(
-        server=engine,
-        requests_per_second=rate, jurygraph_over_bare=round(ratio, 3),
-        per_run_ratio=[round((g["requests_per_second"] or 0) / (b["requests_per_second"] or 1), 3)
-                       for g, b in zip(runs["jurygraph eval"], runs["bare loop"], strict=True)],
+        server=engine, requests_per_second=rate, jurygraph_over_bare=ratio,
+        per_run_ratio={m: [round((g["requests_per_second"] or 0) / (b["requests_per_second"] or 1), 3)
+                           for g, b in zip(by["jurygraph eval"], by["bare loop"], strict=True)]
+                       for m, by in runs.items()},
         server_capacity_requests_per_second=server_rate,
         server_capacity_over_fastest_bare_run=round(headroom, 2),
         capacity_before=capacity_before, capacity_after=capacity_after,
-        client_cpu_ms_per_request={p: _median(r, "cpu_ms_per_request") for p, r in runs.items()},
-        connections_per_run={p: [x["connections"] for x in r] for p, r in runs.items()},
-        first_request_s={p: _median(r, "first_request_s") for p, r in runs.items()},
-        exit_after_last_reply_s={p: _median(r, "exit_after_last_reply_s") for p, r in runs.items()},
-        wall_s={p: _median(r, "wall_s") for p, r in runs.items()},
-        runs=runs, load_at_end=load(),
+        client_cpu_ms_per_request=per_path("cpu_ms_per_request"),
+        server_cpu_ms_per_request=per_path("server_cpu_ms_per_request"),
+        connections_per_run={m: {p: [x["connections"] for x in r] for p, r in by.items()} for m, by in runs.items()},
+        first_request_s=per_path("first_request_s"), exit_after_last_reply_s=per_path("exit_after_last_reply_s"),
+        wall_s=per_path("wall_s"), runs=runs, load_at_end=load(),
     )
     if profile:
         result.figures["main_thread_ms_per_call (cProfile tottime; epoll includes idle waits)"] = profile["by_group"]
@@ -151,8 +174,9 @@ def framework(settings: Settings) -> Result:
     if headroom < 3:
         result.notes.append(f"the server answered only {headroom:.1f} x the fastest bare run: the ratio is not "
                             "the client's alone (a busy machine?)")
-    result.target = "jurygraph eval >= 0.8 x the bare loop's requests/s, with the server >= 3 x the bare loop"
-    result.target_met = ratio >= 0.8 and headroom >= 3
+    result.target = ("jurygraph eval >= 0.8 x the bare loop's requests/s, connections kept alive and closed, "
+                     "with the server >= 3 x the fastest bare run")
+    result.target_met = all(r >= 0.8 for r in ratio.values()) and headroom >= 3
     return result
 
 

@@ -45,6 +45,7 @@ from jurygraph.testing.fake_server import FakeOpenAIServer, Faults
 
 REPLIES = ("chateval", "debate", "refer", "faireval")
 ENGINES = ("asyncio", "threaded")
+CHOICES = {"replies": REPLIES, "engine": ENGINES, "connection": ("keep-alive", "close")}
 _DIGEST = "\0digest"  # where a request's digest is kept once computed (a responder asks for it several times)
 
 
@@ -133,6 +134,9 @@ def span_of(times: list[tuple[float, float]]) -> dict[str, Any]:
 class ServerOptions:
     replies: str = "chateval"
     engine: str = "asyncio"
+    # "close": every answer closes its connection (HTTP/1.0's way; asyncio engine only), to measure what keep-alive
+    # changes on the client's side
+    connection: str = "keep-alive"
     latency: float = 0.0
     jitter: float = 0.0  # latency is uniform in [latency - jitter, latency + jitter]
     rate_429: float = 0.0
@@ -300,8 +304,8 @@ def _options(argv: list[str] | None = None) -> ServerOptions:
     defaults = ServerOptions()
     for key, value in asdict(defaults).items():
         flag = f"--{key.replace('_', '-')}"
-        if key in ("replies", "engine"):
-            parser.add_argument(flag, choices=REPLIES if key == "replies" else ENGINES, default=value)
+        if key in CHOICES:
+            parser.add_argument(flag, choices=CHOICES[key], default=value)
         else:
             parser.add_argument(flag, type=type(value), default=value)
     return ServerOptions(**vars(parser.parse_args(argv)))
