@@ -42,7 +42,6 @@ from jurygraph import JuryContext, load_dataset
 
 HERE = Path(__file__).resolve().parent
 BARE, PEERS = HERE / "bare.py", HERE / "peers.py"
-_median = median_of
 
 
 def _rotated(names: Sequence[str], rep: int) -> list[str]:
@@ -137,7 +136,7 @@ def framework(settings: Settings) -> Result:
     finally:
         for server in servers.values():
             server.__exit__(None, None, None)
-    rate = {m: {p: _median(r, "requests_per_second") or 0.0 for p, r in by.items()} for m, by in runs.items()}
+    rate = {m: {p: median_of(r, "requests_per_second") or 0.0 for p, r in by.items()} for m, by in runs.items()}
     ratio = {m: round(r["jurygraph eval"] / r["bare loop"], 3) if r["bare loop"] else 0.0 for m, r in rate.items()}
     server_rate = min(capacity_before["requests_per_second"], capacity_after["requests_per_second"])
     fastest_bare = max((r["requests_per_second"] or 0.0) for by in runs.values() for r in by["bare loop"])
@@ -152,7 +151,7 @@ def framework(settings: Settings) -> Result:
         r["requests"] == calls and r["exit_code"] == 0 for by in runs.values() for v in by.values() for r in v)
 
     def per_path(key: str) -> dict[str, dict[str, float | None]]:
-        return {m: {p: _median(r, key) for p, r in by.items()} for m, by in runs.items()}
+        return {m: {p: median_of(r, key) for p, r in by.items()} for m, by in runs.items()}
 
     result.figures.update(
         server=engine, requests_per_second=rate, jurygraph_over_bare=ratio,
@@ -184,8 +183,20 @@ def framework(settings: Settings) -> Result:
 
 
 PEER_LATENCIES = (1.0, 0.0)
-# the contenders beyond jurygraph and the floor, by the module each needs (the scenario runs those installed)
-OPTIONAL_PEERS = {"openevals": "openevals"}
+# the contenders beyond jurygraph and the floor, by the module each needs: the scenario runs those installed here,
+# or in the Python that --peer-python NAME=PYTHON names (a tool whose dependencies clash with jurygraph's)
+OPTIONAL_PEERS = {"openevals": "openevals", "inspect_ai": "inspect_ai"}
+
+
+def _peer_python(peer: str, settings: Settings) -> str | None:
+    """The interpreter that runs this peer, or None when it is not installed where the scenario looks."""
+    given = dict(settings.peer_pythons).get(peer)
+    if given:
+        found = subprocess.run([given, "-c", f"import {OPTIONAL_PEERS.get(peer, 'json')}"], capture_output=True)
+        return given if found.returncode == 0 else None
+    if peer in OPTIONAL_PEERS and importlib.util.find_spec(OPTIONAL_PEERS[peer]) is None:
+        return None
+    return sys.executable
 
 
 def faireval_items(path: Path, limit: int) -> Path:
@@ -196,12 +207,13 @@ def faireval_items(path: Path, limit: int) -> Path:
     return path
 
 
-def _peer_command(peer: str, url: str, items: Path, limit: int, out: Path, concurrency: int) -> list[str]:
+def _peer_command(peer: str, url: str, items: Path, limit: int, out: Path, concurrency: int,
+                  python: str = sys.executable) -> list[str]:
     if peer == "jurygraph":
         return [*jurygraph_command(), "eval", "--protocol", "single", "--dataset", "faireval", "--no-calibrate",
                 "--limit", str(limit), "--model", f"openai:bench@{url}", "--concurrency", str(concurrency),
                 "--out", str(out), "--quiet"]
-    return [sys.executable, str(PEERS), peer, "--url", url, "--items", str(items), "--concurrency",
+    return [python, str(PEERS), peer, "--url", url, "--items", str(items), "--concurrency",
             str(concurrency), "--out", str(out)]
 
 
@@ -211,8 +223,8 @@ def peers(settings: Settings) -> Result:
     L = 1 s and L = 0, ``peer_runs`` interleaved runs each; the median of each figure."""
     limit = min(settings.peer_items, 80)
     items = faireval_items(settings.work / "peers-faireval.json", limit)
-    contenders = ["jurygraph", *[p for p, module in OPTIONAL_PEERS.items() if importlib.util.find_spec(module)],
-                  "bare"]
+    pythons = {peer: _peer_python(peer, settings) for peer in OPTIONAL_PEERS}
+    contenders = ["jurygraph", *[peer for peer, python in pythons.items() if python], "bare"]
     runs: dict[float, dict[str, list[dict[str, Any]]]] = {L: {p: [] for p in contenders} for L in PEER_LATENCIES}
     servers = {L: serve(settings, replies="faireval", latency=L) for L in PEER_LATENCIES}
     for server in servers.values():
@@ -228,7 +240,7 @@ def peers(settings: Settings) -> Result:
                         out.mkdir(parents=True)
                         out = out / "results.jsonl"
                     run = measured(server, _peer_command(peer, server.base_url, items, limit, out,
-                                                         settings.concurrency))
+                                                         settings.concurrency, pythons.get(peer) or sys.executable))
                     runs[latency][peer].append(run)
                     print(f"   peers L={latency:g} {peer} #{rep + 1}: {json.dumps(run)}", flush=True)
     finally:
@@ -239,7 +251,7 @@ def peers(settings: Settings) -> Result:
     table: dict[str, dict[str, Any]] = {}
     for latency, by_peer in runs.items():
         for peer, peer_runs in by_peer.items():
-            table[f"L={latency:g} {peer}"] = {key: _median(peer_runs, key) for key in (
+            table[f"L={latency:g} {peer}"] = {key: median_of(peer_runs, key) for key in (
                 "wall_s", "first_request_s", "exit_after_last_reply_s", "requests_per_second", "cpu_ms_per_request",
                 "peak_rss_mb")} | {"walls": [r["wall_s"] for r in peer_runs],
                                   "connections": [r["connections"] for r in peer_runs]}
@@ -254,6 +266,7 @@ def peers(settings: Settings) -> Result:
     firsts = [table[f"L={L:g} jurygraph"]["first_request_s"] for L in PEER_LATENCIES]
     exits = [table[f"L={L:g} jurygraph"]["exit_after_last_reply_s"] for L in PEER_LATENCIES]
     result.figures.update(medians=table, jurygraph_wall_over_openevals=ratios, load_at_end=load(),
+                          not_installed=[peer for peer, python in pythons.items() if not python],
                           runs={f"L={L:g}": by for L, by in runs.items()})
     result.target = ("jurygraph's wall <= 1.0 x openevals' (L = 1 s and 0); first request <= 1.0 s; "
                      "exit <= 0.1 s after the last reply")
@@ -312,17 +325,17 @@ def startup(settings: Settings) -> Result:
         shutil.rmtree(traced_out, ignore_errors=True)
         eval_args = _peer_command("jurygraph", url, items, limit, traced_out, settings.concurrency)
         imports = importtime(["-m", "jurygraph.cli", *eval_args[eval_args.index("eval"):]])
-    result = Result("startup", limit, settings.concurrency, 0.0, _median(runs["jurygraph"], "wall_s") or 0.0,
+    result = Result("startup", limit, settings.concurrency, 0.0, median_of(runs["jurygraph"], "wall_s") or 0.0,
                     sum(r["requests"] for v in runs.values() for r in v))
-    first = _median(runs["jurygraph"], "first_request_s")
-    exit_gap = _median(runs["jurygraph"], "exit_after_last_reply_s")
+    first = median_of(runs["jurygraph"], "first_request_s")
+    exit_gap = median_of(runs["jurygraph"], "exit_after_last_reply_s")
     for peer, peer_runs in runs.items():
         result.checks[f"{peer}: every run exited 0 after {limit} requests"] = all(
             r["exit_code"] == 0 and r["requests"] == limit for r in peer_runs)
     result.figures.update(
-        first_request_s={p: _median(r, "first_request_s") for p, r in runs.items()},
-        exit_after_last_reply_s={p: _median(r, "exit_after_last_reply_s") for p, r in runs.items()},
-        wall_s={p: _median(r, "wall_s") for p, r in runs.items()},
+        first_request_s={p: median_of(r, "first_request_s") for p, r in runs.items()},
+        exit_after_last_reply_s={p: median_of(r, "exit_after_last_reply_s") for p, r in runs.items()},
+        wall_s={p: median_of(r, "wall_s") for p, r in runs.items()},
         all_first_request_s={p: [x["first_request_s"] for x in r] for p, r in runs.items()},
         all_exit_after_last_reply_s={p: [x["exit_after_last_reply_s"] for x in r] for p, r in runs.items()},
         eval_importtime=imports, help=startup_figures(), load_at_end=load())

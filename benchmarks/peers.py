@@ -8,10 +8,11 @@ Each runs as a command of its own, as ``jurygraph eval`` does, so the scenario m
 
 ``bare`` is the floor: ``langchain_openai.ChatOpenAI`` and an asyncio semaphore, nothing else (no jurygraph
 import). ``openevals`` is LangChain's ``create_async_llm_as_judge`` with the same client: structured output (a
-JSON schema the server's FairEval replies fill), the way openevals asks for a score. Neither keeps anything
-durable but the results file written at the end; ``jurygraph eval`` keeps checkpoints, an LLM cache and a
-results line per item as it goes. The items file is a JSON list of ``{"id", "question", "response_1",
-"response_2"}`` (the scenario writes it from jurygraph's FairEval copy).
+JSON schema the server's FairEval replies fill), the way openevals asks for a score. ``inspect_ai`` (optional, may
+run from another environment: this file imports nothing of jurygraph's) is inspect_ai's own ``eval`` of a task of
+one ``generate()`` per question. None keeps anything durable but its results (inspect_ai: its log); ``jurygraph
+eval`` keeps checkpoints, an LLM cache and a results line per item as it goes. The items file is a JSON list of
+``{"id", "question", "response_1", "response_2"}`` (the scenario writes it from jurygraph's FairEval copy).
 """
 
 from __future__ import annotations
@@ -85,6 +86,26 @@ RUNNERS: dict[str, Callable[[str], Callable[[dict[str, Any]], Awaitable[Any]]]] 
 }
 
 
+def inspect_ai(url: str, items: list[dict[str, Any]], concurrency: int, out: Path) -> None:
+    """inspect_ai's own runner: a task of one ``generate()`` per question (its model call) and a scorer that reads
+    the reply without a model, so one call per item as the others; its log directory beside ``out``."""
+    import os
+
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import generate
+
+    os.environ.setdefault("OPENAI_API_KEY", "not-needed")
+    samples = [Sample(id=item["id"], target="Assistant 1", input=PROMPT.format(
+        question=item["question"], answer_1=item["response_1"], answer_2=item["response_2"])) for item in items]
+    task = Task(dataset=MemoryDataset(samples), solver=generate(), scorer=includes())
+    logs = inspect_eval(task, model="openai/bench", model_base_url=url, max_connections=concurrency,
+                        log_dir=str(out.parent / "inspect-logs"), display="none")
+    out.write_text(json.dumps({"status": [log.status for log in logs]}) + "\n", encoding="utf-8")
+
+
 async def judge_all(judge: Callable[[dict[str, Any]], Awaitable[Any]], items: list[dict[str, Any]],
                     concurrency: int) -> list[dict[str, Any]]:
     gate = asyncio.Semaphore(concurrency)
@@ -98,13 +119,16 @@ async def judge_all(judge: Callable[[dict[str, Any]], Awaitable[Any]], items: li
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runner", choices=sorted(RUNNERS))
+    parser.add_argument("runner", choices=sorted([*RUNNERS, "inspect_ai"]))
     parser.add_argument("--url", required=True, help="the model server's base URL (.../v1)")
     parser.add_argument("--items", required=True, help="a JSON list of FairEval items")
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--out", required=True, help="results, one JSON line per item")
     args = parser.parse_args(argv)
     items = json.loads(Path(args.items).read_text(encoding="utf-8"))
+    if args.runner == "inspect_ai":
+        inspect_ai(args.url, items, args.concurrency, Path(args.out))
+        return 0
     results = asyncio.run(judge_all(RUNNERS[args.runner](args.url), items, args.concurrency))
     Path(args.out).write_text("".join(json.dumps(r, default=str) + "\n" for r in results), encoding="utf-8")
     return 0

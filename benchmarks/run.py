@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", choices=ENGINES, help="the benchmark server's engine (default asyncio: "
                         "benchmarks/fast_server.py; threaded: jurygraph's FakeOpenAIServer, http.server)")
     parser.add_argument("--peer-runs", type=int, help="peers and startup scenarios: runs of each contender (default 5)")
+    parser.add_argument("--peer-python", action="append", default=[], metavar="PEER=PYTHON",
+                        help="peers scenario: run this peer (openevals, inspect_ai) with another Python, e.g. a venv "
+                             "where it is installed apart from jurygraph (repeatable)")
     parser.add_argument("--quiet-below", type=float, metavar="LOAD",
                         help="before each scenario, wait (up to 10 min) for the 1-minute load average to fall below "
                              "LOAD: a shared machine's figures are taken when it is quiet")
@@ -111,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(settings, scale_formats=tuple(args.scale_format))
     if args.server:
         settings = replace(settings, server=args.server)
+    if args.peer_python:
+        settings = replace(settings, peer_pythons=tuple(tuple(p.split("=", 1)) for p in args.peer_python))
     if args.peer_runs:
         settings = replace(settings, peer_runs=args.peer_runs, startup_runs=args.peer_runs)
     if args.no_profile:

@@ -63,6 +63,7 @@ class Settings:
     capacity_requests: int = 20_000  # framework scenario: requests of each load-generator run
     peer_items: int = 80  # peers scenario: FairEval questions
     peer_runs: int = 5  # peers scenario: interleaved runs of each contender at each latency
+    peer_pythons: tuple[tuple[str, str], ...] = ()  # peers scenario: (peer, the Python that runs it)
     startup_items: int = 20
     startup_runs: int = 5
 
@@ -612,7 +613,7 @@ def crash_money(settings: Settings) -> Result:
     concurrency = max(2, min(settings.concurrency, 8))
     try:
         import ray as _  # noqa: F401
-        modes = CRASH_MONEY_MODES
+        modes: tuple[str, ...] = CRASH_MONEY_MODES
     except ImportError:
         modes = ("online", "batch")
     trials: list[dict[str, Any]] = []

@@ -134,8 +134,8 @@ def span_of(times: list[tuple[float, float]]) -> dict[str, Any]:
 class ServerOptions:
     replies: str = "chateval"
     engine: str = "asyncio"
-    # "close": every answer closes its connection (HTTP/1.0's way; asyncio engine only), to measure what keep-alive
-    # changes on the client's side
+    # "close": every answer closes its connection (HTTP/1.0's way), to measure what keep-alive changes on the client's
+    # side
     connection: str = "keep-alive"
     latency: float = 0.0
     jitter: float = 0.0  # latency is uniform in [latency - jitter, latency + jitter]
@@ -167,6 +167,8 @@ class BenchServer(FakeOpenAIServer):
         super().__init__(self._responder(reply), latency=options.latency, faults=faults, port=port)
         # a client that gave up (timeout) closes its socket before a hung reply is written: not an error here
         self._server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
+        if options.connection == "close":  # http.server's default: one request per connection
+            self._server.RequestHandlerClass.protocol_version = "HTTP/1.0"  # type: ignore[attr-defined]
         self.connections = 0  # TCP connections accepted: does the client keep its connections alive?
         accept = self._server.process_request
 
