@@ -101,8 +101,9 @@ def inspect_ai(url: str, items: list[dict[str, Any]], concurrency: int, out: Pat
     samples = [Sample(id=item["id"], target="Assistant 1", input=PROMPT.format(
         question=item["question"], answer_1=item["response_1"], answer_2=item["response_2"])) for item in items]
     task = Task(dataset=MemoryDataset(samples), solver=generate(), scorer=includes())
-    logs = inspect_eval(task, model="openai/bench", model_base_url=url, max_connections=concurrency,
-                        log_dir=str(out.parent / "inspect-logs"), display="none")
+    # the chat completions API, as the other peers call it (inspect_ai would use the Responses API for "openai/")
+    logs = inspect_eval(task, model="openai/bench", model_base_url=url, model_args={"responses_api": False},
+                        max_connections=concurrency, log_dir=str(out.parent / "inspect-logs"), display="none")
     out.write_text(json.dumps({"status": [log.status for log in logs]}) + "\n", encoding="utf-8")
 
 
