@@ -71,7 +71,7 @@ class Settings:
     def quick(cls, work: Path) -> Settings:
         return cls(items=20, concurrency=5, latency=0.05, short_latency=0.05, framework_items=40, repeats=1,
                    hang_seconds=2.0, call_timeout=0.5, profile=False, work=work, capacity_requests=2_000,
-                   peer_items=20, peer_runs=1, startup_items=5, startup_runs=1)
+                   scale_sizes=(50, 200), peer_items=20, peer_runs=1, startup_items=5, startup_runs=1)
 
 
 @dataclass
