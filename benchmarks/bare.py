@@ -5,12 +5,21 @@ built by the same template code, and every message goes into every referee's his
 one-by-one wiring does), through the same ``ChatOpenAI`` client the runner would use. Nothing else:
 no LangGraph, no checkpoints, no LLM cache, no reply parsing, no results file. The server's log of
 message digests proves the two paths sent the same calls.
+
+Run as a script it judges a JSONL file of items (``write_items``) in a process of its own, as ``jurygraph eval``
+runs in its own: the two are measured alike (``benchmarks/peak.py``), and neither shares a core with the harness.
+
+    python benchmarks/bare.py --url http://127.0.0.1:PORT/v1 --dataset items.jsonl --concurrency 50
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -47,3 +56,22 @@ async def bare_chateval(items: Sequence[EvalItem], spec: ModelSpec, *, concurren
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)))))
     return calls
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", required=True, help="the server's base URL (.../v1)")
+    parser.add_argument("--dataset", required=True, help="a JSONL file of items, every EvalItem field by name")
+    parser.add_argument("--concurrency", type=int, default=50)
+    args = parser.parse_args(argv)
+    with Path(args.dataset).open(encoding="utf-8") as lines:
+        items = [EvalItem.model_validate(json.loads(line)) for line in lines if line.strip()]
+    calls = asyncio.run(bare_chateval(items, ModelSpec.parse(f"openai:bench@{args.url}"),
+                                      concurrency=args.concurrency))
+    print(json.dumps({"calls": calls}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    raise SystemExit(main())

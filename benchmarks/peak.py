@@ -5,7 +5,11 @@ forked from a large parent starts out mapping the parent's pages. The benchmark'
 items it writes (hundreds of MB at 20,000), so ``wait4`` on a ``jurygraph`` it started directly reported the
 *benchmark's* size, growing with the run, not jurygraph's. This small process forks the command instead.
 
-    python benchmarks/peak.py -- jurygraph eval ...   ->  {"started": ..., "exit_code": 0, "peak_rss_kb": ...}
+    python benchmarks/peak.py -- jurygraph eval ...   ->  {"started": ..., "ended": ..., "exit_code": 0, ...}
+
+``started`` is taken right before the command is started and ``ended`` right after it exits (``time.time()``, the
+clock the benchmark server stamps its log with): the delay to the first request and from the last answer to the
+exit are measured against them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ def main(argv: list[str]) -> int:
     started = time.time()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
-    print(json.dumps({"started": started, "exit_code": os.waitstatus_to_exitcode(status),
+    ended = time.time()
+    print(json.dumps({"started": started, "ended": ended, "exit_code": os.waitstatus_to_exitcode(status),
                       "peak_rss_kb": usage.ru_maxrss, "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
     return 0
 

@@ -25,10 +25,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `benchmarks` importable from a checkout
 
-from benchmarks.scenarios import SCENARIOS, Result, Settings
+from benchmarks import overhead, scenarios
+from benchmarks.commands import load
+from benchmarks.scenarios import SCALE_FORMATS, Result, Settings
+from benchmarks.server import ENGINES
 
+SCENARIOS = {**scenarios.SCENARIOS, **overhead.SCENARIOS}
+ORDER = ("chateval", "debate", "refer", "rerun", "framework", "faults", "crash", "scale", "ray", "crash-money",
+         "peers", "startup")
 PACKAGES = ("jurygraph", "langgraph", "langgraph-checkpoint-sqlite", "langchain-core", "langchain-openai", "openai",
-            "httpx", "httpcore", "aiosqlite")
+            "httpx", "httpcore", "aiosqlite", "openevals", "uvloop")
 
 
 def environment() -> dict[str, str]:
@@ -40,7 +46,7 @@ def environment() -> dict[str, str]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = "-"
-    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "nproc": str(os.cpu_count()),
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "nproc": str(os.cpu_count()), "load": load(),
             "python": platform.python_version(), "platform": platform.platform(), **versions}
 
 
@@ -74,6 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="framework scenario: runs per path (median reported)")
     parser.add_argument("--no-profile", action="store_true", help="framework scenario: skip the profiled run")
     parser.add_argument("--sizes", help="scale scenario: comma-separated run sizes (default 200,2000,20000)")
+    parser.add_argument("--scale-format", action="append", choices=sorted(SCALE_FORMATS),
+                        help="scale scenario: the dataset file (repeatable; default jsonl): jsonl = SummEval items as "
+                             "JSONL; faireval-json = FairEval's own layout, one JSON document; faireval-jsonl = the "
+                             "same FairEval items as JSONL")
+    parser.add_argument("--server", choices=ENGINES, help="the benchmark server's engine (default asyncio: "
+                        "benchmarks/fast_server.py; threaded: jurygraph's FakeOpenAIServer, http.server)")
+    parser.add_argument("--peer-runs", type=int, help="peers and startup scenarios: runs of each contender (default 5)")
+    parser.add_argument("--peer-python", action="append", default=[], metavar="PEER=PYTHON",
+                        help="peers scenario: run this peer (openevals, inspect_ai) with another Python, e.g. a venv "
+                             "where it is installed apart from jurygraph (repeatable)")
+    parser.add_argument("--quiet-below", type=float, metavar="LOAD",
+                        help="before each scenario, wait (up to 10 min) for the 1-minute load average to fall below "
+                             "LOAD: a shared machine's figures are taken when it is quiet")
     parser.add_argument("--eval-arg", action="append", default=[],
                         help="scale scenario: an extra `jurygraph eval` option (repeatable), e.g. "
                              "--eval-arg=--keep-checkpoints=all")
@@ -91,6 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(settings, scale_sizes=tuple(int(n) for n in args.sizes.split(",")))
     if args.eval_arg:
         settings = replace(settings, scale_args=tuple(args.eval_arg))
+    if args.scale_format:
+        settings = replace(settings, scale_formats=tuple(args.scale_format))
+    if args.server:
+        settings = replace(settings, server=args.server)
+    if args.peer_python:
+        settings = replace(settings, peer_pythons=tuple(tuple(p.split("=", 1)) for p in args.peer_python))
+    if args.peer_runs:
+        settings = replace(settings, peer_runs=args.peer_runs, startup_runs=args.peer_runs)
     if args.no_profile:
         settings = replace(settings, profile=False)
     env = environment()
@@ -99,9 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     started = time.perf_counter()
     try:
-        for name in args.scenario or list(SCENARIOS):
-            print(f"-- running {name} ...", flush=True)
+        for name in args.scenario or ORDER:
+            if args.quiet_below:
+                overhead.wait_for_quiet(args.quiet_below, 600)
+            print(f"-- running {name} ... (load {load()})", flush=True)
             result = SCENARIOS[name](settings)
+            result.figures.setdefault("load_at_end", load())
             results.append(result)
             print(show(result), flush=True)
     finally:
