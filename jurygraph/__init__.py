@@ -40,8 +40,9 @@ if TYPE_CHECKING:
     from jurygraph.running.datasets import Dataset, DatasetError, load_dataset
     from jurygraph.running.distributed import RayOptions
     from jurygraph.running.estimate import Estimate, estimate
+    from jurygraph.running.run import RunSummary
     from jurygraph.running.rundir import read_results
-    from jurygraph.running.runner import RunSummary, arun, run
+    from jurygraph.running.runner import arun, run
 
 __version__ = "0.1.0"
 
@@ -72,7 +73,8 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["Estimate", "estimate"], "jurygraph.running.estimate"),
     "RayOptions": "jurygraph.running.distributed",
     "read_results": "jurygraph.running.rundir",
-    **dict.fromkeys(["RunSummary", "arun", "run"], "jurygraph.running.runner"),
+    "RunSummary": "jurygraph.running.run",
+    **dict.fromkeys(["arun", "run"], "jurygraph.running.runner"),
 }
 
 __all__ = sorted(_HOMES)

@@ -1,7 +1,7 @@
 """The run directory an evaluator writes: every evaluation an item of it, so ``jurygraph show``, ``report`` and
 ``metaeval`` read evaluations made inside another harness as they read a ``jurygraph eval`` run.
 
-It is the runner's run, opened for items that come one at a time (:func:`jurygraph.running.runner.open_run`): the
+It is the runner's run, opened for items that come one at a time (:func:`jurygraph.running.openrun.open_run`): the
 same files (``results.jsonl``, ``checkpoints.sqlite``, ``llm_cache.sqlite``, ``ledger.sqlite``, ``spend.json``,
 ``manifest.json``: :mod:`jurygraph.running.rundir`), the same typed manifest with its totals over every invocation
 from the ledger, every paid call in the ledger before its answer is used. The evaluator holds the run's lock from
@@ -23,7 +23,7 @@ from langgraph.graph import StateGraph
 
 from jurygraph.llm.models import JuryContext
 from jurygraph.running.checkpoints import KeepCheckpoints
-from jurygraph.running.runner import OpenRun, open_run
+from jurygraph.running.openrun import OpenRun, open_run
 
 # what makes a record the answer to an evaluation: a run directory holding other values is another run
 SAME_RUN = ("protocol", "parameters", "models", "evaluator")

@@ -4,7 +4,7 @@ A harness calls an evaluator from many threads (LangSmith's ``evaluate()``, MLfl
 (``aevaluate()``, inspect_ai). Every call hands its item to the evaluator's loop and waits for the record, so all
 calls share one compiled graph and the provider gates of one :class:`~jurygraph.llm.models.JuryContext` (rate and
 in-flight limits bind to the loop that uses them), and with a run directory the runner's open run
-(:func:`jurygraph.running.runner.open_run`: one checkpointer, call cache, ledger and results file). The loop starts
+(:func:`jurygraph.running.openrun.open_run`: one checkpointer, call cache, ledger and results file). The loop starts
 at the first call and stops at :meth:`PanelSession.close` (a later call starts it again).
 
 An item is judged once: a call for an item already judged (in this session, or recorded in the run directory by an
@@ -32,7 +32,10 @@ from jurygraph.judging.items import EvalItem
 from jurygraph.llm.calls import ProviderUnavailable
 from jurygraph.llm.models import JuryContext, MissingAPIKey
 from jurygraph.llm.redact import redact_text
-from jurygraph.running.runner import OpenRun, RunAborted, item_record, trace_config
+from jurygraph.running.openrun import OpenRun
+from jurygraph.running.records import item_record
+from jurygraph.running.run import RunAborted
+from jurygraph.running.tracing import trace_config, tracing
 
 
 class PanelFailed(RuntimeError):
@@ -164,7 +167,7 @@ class PanelSession:
     async def _judge_new(self, item: EvalItem) -> dict[str, Any]:
         if self._open is not None:
             try:
-                record = await self._open.judge(item, traced=_tracing())
+                record = await self._open.judge(item, traced=tracing())
             except RunAborted as stop:  # every item would fail so (no key, no server, a full disk): said as it is
                 raise stop.__cause__ or stop  # noqa: B904 (the error itself, as without a run directory)
         else:
@@ -177,7 +180,7 @@ class PanelSession:
     async def _alone(self, item: EvalItem) -> dict[str, Any]:
         """The item judged without a run directory: nothing resumed, kept or counted."""
         config: RunnableConfig = {"configurable": {"thread_id": item.id}}
-        if _tracing():
+        if tracing():
             config.update(trace_config(item.id, self.protocol.name, "evaluator"))
         try:
             values = await self._app.ainvoke({"item": item.model_dump(mode="json", exclude_none=True)}, config,
@@ -196,10 +199,3 @@ def _settle(future: concurrent.futures.Future[dict[str, Any]], task: asyncio.Tas
         future.set_exception(task.exception())  # type: ignore[arg-type]
     else:
         future.set_result(task.result())
-
-
-def _tracing() -> bool:
-    """Whether LangSmith tracing is on in the caller's context (``LANGSMITH_TRACING``, or a harness's own)."""
-    from langsmith.utils import tracing_is_enabled
-
-    return bool(tracing_is_enabled())

@@ -27,17 +27,17 @@ round half-way.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import functools
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import interrupt
 
 from jurygraph.judging.items import EvalItem
@@ -46,8 +46,13 @@ from jurygraph.llm.batches import MAX_BYTES, MAX_REQUESTS, TERMINAL, OpenAIBatch
 from jurygraph.llm.calls import Answer, PendingCall
 from jurygraph.llm.models import JuryContext, ModelSpec, build_model, to_spec
 from jurygraph.llm.redact import redact_text, redact_url
+from jurygraph.running.interrupts import BATCH_CALL, paused_for_review, review_interrupt, waits_for_batch
 from jurygraph.running.ledger import UNATTRIBUTED, Payment
-from jurygraph.running.rundir import AWAITING_REVIEW, append_batch_event, batch_file, read_batch_events
+from jurygraph.running.run import Run, RunAborted
+from jurygraph.running.rundir import append_batch_event, batch_file, read_batch_events
+
+__all__ = ["BATCH_CALL", "BatchEngine", "BatchOptions", "BatchReplies", "BatchRounds", "paused_for_review",
+           "review_interrupt", "waits_for_batch"]
 
 MAX_BATCH_ATTEMPTS = 3
 DEFAULT_API = "https://api.openai.com/v1"
@@ -61,25 +66,6 @@ class BatchOptions:
     fallback: str = "batch"  # "batch": failed requests go into the next round's batch; "online": to the API
     max_requests: int = MAX_REQUESTS
     max_bytes: int = MAX_BYTES
-
-
-# what an item waiting for its batch interrupts with; any other interrupt is a person's review (nodes.review)
-BATCH_CALL = "batch_call"
-
-
-def waits_for_batch(interrupts: Sequence[Any]) -> bool:
-    """Whether a graph's interrupts are all batch calls waiting for their answers (not a review's pause)."""
-    return bool(interrupts) and all(isinstance(i.value, Mapping) and BATCH_CALL in i.value for i in interrupts)
-
-
-def review_interrupt(interrupts: Sequence[Any]) -> Any | None:
-    """The interrupt by which an item waits for a person (a review node's: any that is not a batch call), or None."""
-    return next((i for i in interrupts if not (isinstance(i.value, Mapping) and BATCH_CALL in i.value)), None)
-
-
-def paused_for_review(interrupts: Sequence[Any]) -> bool:
-    """Whether an item waits for a person: an interrupt that is not a batch call (a review node's)."""
-    return review_interrupt(interrupts) is not None
 
 
 def api_of(model: Any) -> str:
@@ -118,16 +104,27 @@ class BatchReplies:
         return None  # not reached: interrupt() raises
 
 
-class BatchRounds:
-    """The rounds of a batch run, driving a runner's ``_Run`` (its items, results, tally, meter, budget)."""
+class BatchEngine:
+    """The batch engine (:class:`~jurygraph.running.run.Engine`): a run's items judged in rounds of provider
+    batches (see the module's doc)."""
 
-    def __init__(self, run: Any, options: BatchOptions, *, record: Callable[..., dict[str, Any]],
-                 fatal: Callable[[BaseException], Any], trace: Callable[[str, str, str], Any],
-                 stop: Callable[..., Exception]) -> None:
-        """``run``: the runner's ``_Run``; ``record``, ``fatal``, ``trace`` and ``stop`` (its RunAborted): the
-        runner's own helpers, handed over so that this module need not import the runner."""
+    def __init__(self, options: BatchOptions) -> None:
+        self.options = options
+
+    async def judge(self, run: Run, graph: StateGraph | CompiledStateGraph) -> None:
+        """Start the run, judge its items round by round with its checkpointer, and leave the totals for
+        ``run.finish()``."""
+        run.start()
+        async with run.compiled(graph) as app:
+            await BatchRounds(run, self.options).judge_all(app)
+
+
+class BatchRounds:
+    """The rounds of one batch run: its items replayed until done, their calls collected into batches
+    (:class:`~jurygraph.running.run.Rounds`: each item judged by the run's ``judge_item`` with these replies)."""
+
+    def __init__(self, run: Run, options: BatchOptions) -> None:
         self.run, self.options = run, options
-        self.record, self.fatal, self.trace, self.stop = record, fatal, trace, stop
         self.replies = BatchReplies(options.fallback)
         self.item_usage: dict[str, dict[str, dict[str, Any]]] = {}  # paid calls per item, over the rounds
         self.collected: list[str] = []  # batches read this round, settled when its replay is done
@@ -137,8 +134,8 @@ class BatchRounds:
         run = self.run
         try:
             if app.checkpointer is None:  # an item waiting for its batch is an interrupted graph: it needs one
-                run.aborted.append(self.stop("batch mode needs a checkpointer: pass the uncompiled graph, or "
-                                             "compile it with one", exit_code=2))
+                run.stop("batch mode needs a checkpointer: pass the uncompiled graph, or compile it with one",
+                         exit_code=2)
                 return
             items = [item async for item in self._admitted()]
             # every batch the ledger has not settled is collected, even when no item is left to need it: its lines
@@ -155,22 +152,13 @@ class BatchRounds:
             run.summary.interrupted = True
         finally:
             run.manifest.batches = batches_of(read_batch_events(run.out))
-            run.results.close()
-            if run.bar is not None:
-                run.bar.close()
+            run.close_outputs()
 
     async def _admitted(self) -> Any:
         """The items this invocation takes on (the budget's admission happens before the first round)."""
         run = self.run
         while not run.stopped and not run.aborted:
-            try:
-                item = run.next_item()
-            except (OSError, ValueError) as err:  # the dataset could not be read again
-                run.aborted.append(self.stop(f"reading the items: {err}", exit_code=2))
-                return
-            except Exception as err:  # a repeated id: the runner's own RunAborted
-                run.aborted.append(err)
-                return
+            item = run.next_or_stop()  # None too when the items cannot be read: the run stops
             if item is None:
                 return
             answer = await run.admitted(item, wait=False)
@@ -196,52 +184,24 @@ class BatchRounds:
     async def _advance(self, app: Any, item: EvalItem) -> EvalItem | None:
         """Replay one item up to its next uncollected calls: the item again when it waits for a batch, None
         when it is done (its record written) or the run must stop."""
-        run = self.run
-        config: dict[str, Any] = {"configurable": {"thread_id": item.id}}
-        if run.traced:
-            config.update(self.trace(item.id, run.protocol, run.out.name))
-        context = dataclasses.replace(run.context, replies=self.replies,
-                                      on_usage=functools.partial(self._paid, item.id))
         try:
-            waiting = await app.aget_state(config)
-            if paused_for_review(waiting.interrupts):  # paused by an earlier invocation: it waits for a person
-                run.still_waiting.add(item.id)
-                self._write(self.record(item, waiting.values, AWAITING_REVIEW))
-                return None
-            await app.checkpointer.adelete_thread(item.id)  # afresh: the cache replays what was answered
-            values = await app.ainvoke({"item": item.model_dump(mode="json", exclude_none=True)}, config,
-                                       context=context, durability=run.mode)
-            interrupts = values.get("__interrupt__") or ()
-            if waits_for_batch(interrupts):
-                return item
-            record = self.record(item, values, AWAITING_REVIEW if interrupts else "ok")
-        except Exception as err:
-            fatal = self.fatal(err)
-            if fatal is not None:
-                run.aborted.append(fatal)
-                return None
-            state = await app.aget_state(config)
-            record = self.record(item, state.values or {}, "failed", redact_text(f"{type(err).__name__}: {err}"))
-        record["usage"] = _with_counts(record.get("usage") or {}, self.item_usage.pop(item.id, {}))
-        self._write(record)
-        return None
+            record = await self.run.judge_item(app, item, rounds=self)
+        except RunAborted as stop:
+            self.run.aborted.append(stop)
+            return None
+        return item if record is None else None
 
-    def _write(self, record: dict[str, Any]) -> None:
-        """The item's line in results.jsonl and its tally: it leaves the rounds (done, failed or awaiting review)."""
-        try:
-            self.run.results.write(record)
-        except OSError as err:
-            self.run.aborted.append(self._aborted(err))
-            return
-        self.run.tally(record)
-
-    def _paid(self, item_id: str, usage: dict[str, dict[str, Any]]) -> None:
+    def paid(self, item_id: str, usage: dict[str, dict[str, Any]]) -> None:
         """A call paid online (recorded now) or a collected batch answer handed to its call (recorded when its batch
         was collected): the run's meter, and the item's usage over its rounds."""
         self.run.meter.paid(item_id, usage)
         self.item_usage[item_id] = add_usage(self.item_usage.get(item_id, {}), {
             agent: {"role": entry.get("role"), "model": entry.get("model"), **usage_counts(entry)}
             for agent, entry in usage.items()})
+
+    def usage(self, item_id: str, usage: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The item's usage over its rounds (its record's): see :func:`_with_counts`."""
+        return _with_counts(usage, self.item_usage.pop(item_id, {}))
 
     # --- the provider's side: submit, collect, settle ---
 
@@ -364,10 +324,10 @@ class BatchRounds:
         except Exception as err:
             raise self._aborted(err) from err
 
-    def _aborted(self, err: BaseException) -> Exception:
-        """An error of the Batch API or the run directory as the runner's RunAborted."""
+    def _aborted(self, err: BaseException) -> RunAborted:
+        """An error of the Batch API or the run directory as the run's stop."""
         reason = redact_text(f"{type(err).__name__}: {err}".splitlines()[0])
-        return self.stop(f"batch API: {reason}", exit_code=2 if isinstance(err, OSError) else 1)
+        return RunAborted(f"batch API: {reason}", exit_code=2 if isinstance(err, OSError) else 1)
 
     def _say(self, text: str) -> None:
         if self.run.progress:

@@ -1,10 +1,10 @@
 """One run spread over a Ray cluster (``jurygraph eval --ray ADDRESS --workers N``, ``run(..., ray=...)``).
 
-The driver (the process that called :func:`jurygraph.running.runner.arun`) holds the run directory's lock and
-writes every file in it, as a one-process run does. It pulls items from the dataset a shard at a time and hands
-each shard to a Ray task; ``workers`` tasks run at once, each the ordinary async runner
-(:class:`jurygraph.running.runner.ShardJob`, ``concurrency`` items at a time) against state every worker
-shares:
+The Ray engine (:class:`RayEngine`). The driver (the process that called :func:`jurygraph.running.runner.arun`)
+holds the run directory's lock and writes every file in it, as a one-process run does: the run
+(:class:`jurygraph.running.run.Run`) is started, fed and finished by its own steps. It pulls items from the dataset a
+shard at a time and hands each shard to a Ray task; ``workers`` tasks run at once, each the local engine in a worker
+(:class:`jurygraph.running.shards.ShardJob`, ``concurrency`` items at a time) against state every worker shares:
 
 * the checkpoints: a PostgreSQL database (``--checkpoint postgresql://...``), or the run directory's SQLite file
   when the cluster is one node;
@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from jurygraph.llm.limits import ProviderGates, ProviderLimit
@@ -58,8 +58,7 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from jurygraph.judging.items import EvalItem
-    from jurygraph.llm.models import JuryContext
-    from jurygraph.running.rundir import RunManifest
+    from jurygraph.running.run import Run
 
 LOCAL = "local"  # a cluster started in this process, on this machine's loopback address
 USAGE_COUNTED = ("requests", "input_tokens", "output_tokens")
@@ -101,44 +100,23 @@ class RayOptions:
         options = cls(address=ray) if isinstance(ray, str) else ray
         return dataclasses.replace(options, workers=workers) if workers is not None else options
 
-    async def judge(self, run: DrivenRun, graph: StateGraph | CompiledStateGraph) -> None:
+
+class RayEngine:
+    """The Ray engine (:class:`~jurygraph.running.run.Engine`): a run's items judged in shards by workers of a Ray
+    cluster, this process writing the run directory (see the module's doc)."""
+
+    def __init__(self, options: RayOptions) -> None:
+        self.options = options
+
+    async def judge(self, run: Run, graph: StateGraph | CompiledStateGraph) -> None:
         """Judge ``run``'s items on the cluster: connect (or start one), check that the workers can share the
         run's state, start the run (its manifest and results file), drive the shards, and leave the totals for
         ``run.finish()``."""
         if getattr(graph, "checkpointer", None) is not None:
             raise ValueError("with ray=, the workers share the run's checkpoint store: pass the uncompiled graph "
                              "(or one compiled without a checkpointer)")
-        with connected(self) as cluster:
-            await _Driver(self, run, graph, cluster).judge()
-
-
-class DrivenRun(Protocol):
-    """What the engine uses of the runner's run (:class:`jurygraph.running.runner._Run`): the run is started,
-    fed and finished by the runner's own steps; the engine decides where its items are judged."""
-
-    out: Path
-    concurrency: int
-    checkpoint: str | None
-    cache: bool | str | Path
-    context: JuryContext
-    total: int | None
-    finished: set[str]
-    aborted: list[Any]
-    stopped: str
-    summary: Any
-    manifest: RunManifest
-    workers_cache_hits: int
-
-    def start(self) -> None: ...
-    def admit(self, item: EvalItem, wait: bool = True) -> str: ...
-    def refresh_spend(self) -> None: ...
-    def use_remote_ledger(self, url: str) -> None: ...
-    def next_or_stop(self) -> EvalItem | None: ...
-    def deliver(self, record: dict[str, Any], paid_before: bool = False) -> bool: ...
-    def stop(self, reason: str, exit_code: int = 1) -> None: ...
-    def stopped_by(self, err: BaseException) -> bool: ...
-    def close_outputs(self) -> None: ...
-    def shard_job(self, graph: Any, *, context: JuryContext, checkpoint: str, cache: bool | str) -> Any: ...
+        with connected(self.options) as cluster:
+            await _Driver(self.options, run, graph, cluster).judge()
 
 
 # --- the cluster ---------------------------------------------------------------------------------------------
@@ -246,7 +224,7 @@ class SharedState:
     on_this_machine: bool
 
 
-def shared_state(run: DrivenRun, cluster: Cluster) -> SharedState:
+def shared_state(run: Run, cluster: Cluster) -> SharedState:
     """Where the workers find the run's checkpoints and call cache; ValueError when a cluster of several nodes
     would have to share a file. Default cache: the run directory's SQLite file on one node; on several, a table
     in the checkpoints' PostgreSQL database."""
@@ -446,7 +424,7 @@ class _Attempts:
 class _Driver:
     """The driver's side of one run: shards out, records in, written once each."""
 
-    def __init__(self, options: RayOptions, run: DrivenRun, graph: Any, cluster: Cluster) -> None:
+    def __init__(self, options: RayOptions, run: Run, graph: Any, cluster: Cluster) -> None:
         self.options, self.run, self.graph, self.cluster = options, run, graph, cluster
         self.attempts = _Attempts()
         self.written: set[str] = set()
@@ -458,16 +436,18 @@ class _Driver:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from jurygraph.running.shards import ShardJob
+
         run, cluster = self.run, self.cluster
         state = shared_state(run, cluster)
         limits = run.context.gates.limits if run.context.gates is not None else {}
         context = dataclasses.replace(run.context, cache=None, gates=None)
         try:  # before anything is written; Ray's own error for this is a page long
-            ray.cloudpickle.dumps(run.shard_job(self.graph, context=context, checkpoint="", cache=False))
+            ray.cloudpickle.dumps(ShardJob.of(run, self.graph, context=context, checkpoint="", cache=False))
         except Exception as err:  # a chat model object or a callback that cannot leave this process
             raise ValueError(f"with ray=, the graph and the context go to other processes and must pickle (model "
                              f"specs such as 'openai:gpt-4o-mini' do): {_first_line(err)}") from None
-        await run.shard_job(self.graph, context=context, checkpoint=state.checkpoint, cache=False).prepare_stores()
+        await ShardJob.of(run, self.graph, context=context, checkpoint=state.checkpoint, cache=False).prepare_stores()
         run.cache = state.cache  # the driver opens the workers' cache too: its table exists before they start
         run.start()
         if not state.on_this_machine:  # workers on other machines record what they pay in the shared database
@@ -485,7 +465,7 @@ class _Driver:
             if limits else None
         if budget is not None:
             context = dataclasses.replace(context, gates=ClusterGates(budget, limits))
-        job = ray.put(run.shard_job(self.graph, context=context, checkpoint=state.checkpoint, cache=state.cache))
+        job = ray.put(ShardJob.of(run, self.graph, context=context, checkpoint=state.checkpoint, cache=state.cache))
         strategy: Any = NodeAffinitySchedulingStrategy(cluster.driver_node, soft=False) if state.on_this_machine \
             else "SPREAD"
         task = ray.remote(judge_shard).options(num_cpus=1, max_retries=self.options.max_retries,
@@ -582,6 +562,8 @@ class _Driver:
             self._paid()
 
     def _receive(self, messages: list[tuple[Any, ...]]) -> None:
+        from jurygraph.running.run import RunAborted
+
         for shard, token, worker, record, counters in messages:
             if record is None:  # an attempt began
                 self.attempts.began(shard, token, worker)
@@ -591,14 +573,17 @@ class _Driver:
             # when the run is stopping, unless the results file itself failed
             if record["id"] in self.written or not self.writable:
                 continue
-            if not self.run.deliver(record, paid_before=bool(counters.get("paid_before"))):
+            try:
+                self.run.deliver(record, paid_before=bool(counters.get("paid_before")))
+            except RunAborted as stop:
+                self.run.aborted.append(stop)
                 self.writable = False
                 continue
             self.written.add(record["id"])
             self.attempts.wrote(name, record)
 
     def _failed(self, shard: str, err: Exception) -> None:
-        """A shard that raised: the runner's own stop (RunAborted: a rejected key, a full disk), the shared stores
+        """A shard that raised: the run's own stop (RunAborted: a rejected key, a full disk), the shared stores
         out of a worker's reach (the run stops), an error of ours (raised again), or a worker that kept dying
         (the run stops; a resume continues it)."""
         from ray.exceptions import RayTaskError

@@ -28,8 +28,9 @@ from langgraph.types import Command, StateSnapshot
 from jurygraph.judging.doubt import decided_by
 from jurygraph.judging.items import as_item
 from jurygraph.nodes.review import read_review
-from jurygraph.running.batch import review_interrupt
 from jurygraph.running.checkpoints import keep_final_only_sync, open_saver
+from jurygraph.running.interrupts import review_interrupt
+from jurygraph.running.records import item_record
 from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CHECKPOINTS,
@@ -40,7 +41,6 @@ from jurygraph.running.rundir import (
     run_lock,
     write_manifest,
 )
-from jurygraph.running.runner import item_record
 
 __all__ = ["NotAwaitingReview", "Review", "awaiting_ids", "reviewing"]
 
