@@ -13,6 +13,7 @@ so the file is parsed again, events only, up to the failing chunk and then throu
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +31,11 @@ _backend: Any = ijson  # the best backend ijson found (tests swap in the Python 
 
 
 class DocumentError(ValueError):
-    """The document cannot be parsed; the message names where (not the file: the caller does)."""
+    """The document cannot be parsed: ``problem`` names where (not the file: the caller does), ``advice`` what to do."""
+
+    def __init__(self, problem: str, advice: str = "") -> None:
+        super().__init__(f"{problem}; {advice}" if advice else problem)
+        self.problem, self.advice = problem, advice
 
 
 @dataclass(frozen=True)
@@ -82,14 +87,14 @@ def rows(file: Path, prefix: str, digest: Any = None) -> Iterator[Any]:
             count += 1
             yield row
     except DocumentError as err:
-        raise DocumentError(f"{err}{f', after row {count}' if count else ''}") from None
+        raise DocumentError(f"{err.problem}{f', after row {count}' if count else ''}", err.advice) from None
 
 
 def _events(file: Path, parser: Any, sink: list[Any], digest: Any = None) -> Iterator[Any]:
     """What ``parser`` (an ijson coroutine writing to ``sink``) makes of the file, fed one chunk at a time."""
     offset = 0
-    with file.open("rb") as handle:
-        try:
+    try:
+        with file.open("rb") as handle:
             while chunk := handle.read(CHUNK):
                 if digest is not None:
                     digest.update(chunk)
@@ -97,31 +102,46 @@ def _events(file: Path, parser: Any, sink: list[Any], digest: Any = None) -> Ite
                 offset += len(chunk)
                 yield from sink
                 del sink[:]
-            parser.close()
-            yield from sink
-        except (ijson.JSONError, UnicodeDecodeError) as err:
-            yield from sink  # what closed before the error, in the chunk that failed
-            raise DocumentError(_where(file, offset, err)) from None
+        parser.close()
+    except (ijson.JSONError, UnicodeDecodeError) as err:
+        failure = err
+    else:
+        yield from sink
+        return
+    finally:  # also when the reader stops early (a peek, a dataset's head)
+        _discard(parser)
+    yield from sink  # what closed before the error, in the chunk that failed
+    raise DocumentError(*_where(file, offset, failure))
 
 
-def _where(file: Path, failed: int, err: Exception) -> str:
-    """'not valid JSON at line L, column C (reason)' for a parser that failed on the chunk starting at ``failed``."""
+def _discard(parser: Any) -> None:
+    """Closes a parser left unfinished, so that its complaint (the document is incomplete) is not reported when the
+    garbage collector closes it."""
+    with contextlib.suppress(Exception):
+        parser.close()
+
+
+def _where(file: Path, failed: int, err: Exception) -> tuple[str, str]:
+    """('not valid JSON at line L, column C (reason)', advice) for a parser that failed on the chunk starting at
+    ``failed``."""
     if file.stat().st_size == 0:
-        return "not valid JSON (the file is empty)"
+        return "not valid JSON (the file is empty)", ""
     at, line, column = _locate(file, failed)
-    reason = _reason(err)
-    if isinstance(err, UnicodeDecodeError) or "UTF8" in reason:
-        return f"not UTF-8 text (byte {at}, line {line}); save it as UTF-8"
-    return f"not valid JSON at line {line}, column {column} ({reason})"
+    if isinstance(err, UnicodeDecodeError) or "UTF8" in str(err) or "utf-8" in str(err):
+        return f"not UTF-8 text (byte {at}, line {line})", "save it as UTF-8"
+    if at >= file.stat().st_size:  # the parser wanted more
+        return f"not valid JSON at line {line}, column {column} (the document ends before it is complete)", \
+            "a truncated file?"
+    return f"not valid JSON at line {line}, column {column} ({_reason(err)})", ""
 
 
 def _reason(err: Exception) -> str:
-    """The parser's own words, without the excerpt yajl draws under them."""
+    """The parser's own words, without the excerpt yajl draws under them nor the Python backend's offset (the line
+    and column say where)."""
     first = re.split(r"\\n|\n", str(err).strip(), maxsplit=1)[0]
-    first = re.sub(r"^b['\"]", "", first).strip()
-    if "premature EOF" in first or first == "Incomplete JSON content":
-        return "the document ends before it is complete: a truncated file?"
-    return first
+    first = re.sub(r"^b['\"]", "", first).strip().rstrip(".")
+    first = re.sub(r" at \d+$", "", first)
+    return "a value that is not JSON" if first == "Incomplete JSON content" else first
 
 
 def _locate(file: Path, failed: int) -> tuple[int, int, int]:
@@ -154,4 +174,6 @@ def _locate(file: Path, failed: int) -> tuple[int, int, int]:
                 offset += 1
         except (ijson.JSONError, UnicodeDecodeError):
             return offset, line, column + 1  # the byte that failed, not yet counted
+        finally:
+            _discard(parser)
     return offset, line, column + 1  # the end: the parser wanted more
