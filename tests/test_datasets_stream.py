@@ -116,7 +116,7 @@ def test_builtin_summeval_and_topical_chat_stream_every_row(backend: str) -> Non
     items = list(dataset)
     assert [item.id for item in items] == [f"{doc['id']}#{s}" for doc in docs for s in range(16)]
     assert [item.response for item in items] == [summary for doc in docs for summary in doc["machine_summaries"]]
-    assert [item.human["fluency"] for item in items] == [score for doc in docs for score in doc["fluency"]]
+    assert [(item.human or {})["fluency"] for item in items] == [score for doc in docs for score in doc["fluency"]]
 
     path = builtin("topical-chat")
     rows_ = whole(path)
