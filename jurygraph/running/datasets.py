@@ -1,9 +1,11 @@
-"""Loaders that turn benchmarks and plain tables into :class:`EvalItem` lists.
+"""Loaders that turn benchmarks and plain tables into datasets of :class:`EvalItem`.
 
 Built-in names (``faireval``, ``summeval``, ``topical-chat``) read the copies shipped in
 ``jurygraph/data`` (provenance in ``jurygraph/data/PROVENANCE.md``); any path in the same layouts
 works too, as do JSONL/CSV files with a column mapping. A malformed row never stops the others: it is
-reported as a :class:`RowError` naming the file, the row and the field.
+reported as a :class:`RowError` naming the file, the row and the field. Every file is read as a stream, a JSON
+document incrementally (:mod:`jurygraph.running.json_stream`), its layout from its first events: no dataset holds
+its file (:class:`Dataset`).
 """
 
 from __future__ import annotations
