@@ -1,9 +1,11 @@
-"""Loaders that turn benchmarks and plain tables into :class:`EvalItem` lists.
+"""Loaders that turn benchmarks and plain tables into datasets of :class:`EvalItem`.
 
 Built-in names (``faireval``, ``summeval``, ``topical-chat``) read the copies shipped in
 ``jurygraph/data`` (provenance in ``jurygraph/data/PROVENANCE.md``); any path in the same layouts
 works too, as do JSONL/CSV files with a column mapping. A malformed row never stops the others: it is
-reported as a :class:`RowError` naming the file, the row and the field.
+reported as a :class:`RowError` naming the file, the row and the field. Every file is read as a stream, a JSON
+document incrementally (:mod:`jurygraph.running.json_stream`), its layout from its first events: no dataset holds
+its file (:class:`Dataset`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import ValidationError
 from jurygraph.judging.aspects import aspects_of, get_aspect
 from jurygraph.judging.benchmarks import canonical
 from jurygraph.judging.items import SWAP_LABEL, EvalItem, MissingFields, Scale, TaskKind, UnknownLabel
+from jurygraph.running.json_stream import DocumentError, Shape, peek, rows
 from jurygraph.running.langsmith_runs import RunFieldError, is_langsmith_run, run_item, traces
 
 # the shipped copy of each built-in benchmark (by its canonical name, judging.benchmarks)
@@ -50,10 +53,11 @@ class RowError:
 class Dataset:
     """Items that loaded, the rows that did not, and a hash of the source bytes (for run manifests).
 
-    A benchmark in one of the JSON layouts is parsed whole and its items are held in ``items``. A JSONL/CSV
-    table is *streamed*: loading reads it once to validate every row (``errors``, ``len()``, ``duplicates``),
-    and iterating reads it again, building one item at a time, so a run over a million rows never holds them
-    all (``items`` still builds the whole list when asked, for notebooks and small files).
+    A file is *streamed*, whatever its format (a JSON document in one of the benchmark layouts, incrementally parsed;
+    a JSONL/CSV table line by line): loading reads it once to validate every row (``errors``, ``len()``,
+    ``duplicates``, the hash), and iterating reads it again, building one item at a time, so a run over a million
+    rows never holds them all (``items`` still builds the whole list when asked, for notebooks and small files). A
+    dataset made of a list of items (``Dataset(name, items)``) holds them.
     """
 
     def __init__(self, name: str, items: list[EvalItem] | None = None, errors: list[RowError] | None = None,
@@ -175,23 +179,64 @@ def _builtin_path(name: str) -> Path:
 
 @dataclass(frozen=True)
 class _Source:
-    """A benchmark file read once: its path, the hash of its bytes, its parsed JSON."""
+    """A benchmark file whose rows are read as a stream, again each time they are asked for: a JSON document
+    (``shape``: what its first events say) or a JSONL file (``shape`` None: each line a row)."""
 
     file: Path
-    sha256: str
-    data: Any
+    shape: Shape | None = None
+
+    def at(self, key: str | None = None) -> str | None:
+        """Where the rows are (an ijson prefix): the document's own array, or the array under its top-level ``key``;
+        None when the document has neither."""
+        if self.shape is None or self.shape.kind == "array":
+            return "item"
+        if key is not None and self.shape.key == key and self.shape.key_array:
+            return f"{key}.item"
+        return None
+
+    def rows(self, prefix: str, digest: Any = None) -> Iterator[Any]:
+        """The rows at ``prefix``, one at a time; ``digest`` is fed every byte of the file. A document that turns out
+        not to be JSON, or a JSONL line that is not a row, raises a DatasetError naming the file and where."""
+        if self.shape is None:
+            errors: list[RowError] = []
+            yield from (row for _, row in _rows(self.file, errors, digest))
+            if errors:  # a layout whose rows are grouped into items needs all of them
+                raise DatasetError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+            return
+        try:
+            yield from rows(self.file, prefix, digest)
+        except DocumentError as err:
+            raise DatasetError(f"{self.file}: {err}") from None
 
 
-def _read_json(path: Path) -> _Source:
+def _source(path: Path, lines: bool = False) -> _Source:
+    """A benchmark file, its layout peeked at (a JSON document's first events; no row beyond the first is read).
+    ``lines``: a ``.jsonl`` file is a JSONL file of rows (the layouts that have one: MT-Bench, LangSmith)."""
     try:
-        raw = path.read_bytes()
-        return _Source(path, hashlib.sha256(raw).hexdigest(), json.loads(raw.decode("utf-8")))
+        if lines and path.suffix.lower() == ".jsonl":
+            if not path.is_file():
+                path.open("rb").close()  # the reason it cannot be read (absent, a folder)
+            return _Source(path)
+        return _Source(path, peek(path, ("rows", "runs")))
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
-    except UnicodeDecodeError as err:
-        raise DatasetError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
-    except json.JSONDecodeError as err:
-        raise DatasetError(f"{path}: not valid JSON ({err})") from None
+    except DocumentError as err:
+        raise DatasetError(f"{path}: {err}") from None
+
+
+def _streamed(name: str, task: TaskKind, items: Callable[[list[RowError], Any], Iterator[EvalItem]],
+              errors: list[RowError] | None = None) -> Dataset:
+    """A streamed dataset: ``items(errors, digest)`` runs once here, the validating pass (the rows' problems into
+    ``errors``, every byte into the hash; only the ids are kept, and the count of items that are not conversations),
+    and again each time the dataset is iterated (its rows' problems already reported, so not collected)."""
+    errors = errors if errors is not None else []
+    digest = hashlib.sha256()
+    ids, texts = [], 0
+    for item in items(errors, digest):
+        ids.append(item.id)
+        texts += not item.conversational
+    return Dataset(name, errors=errors, sha256=digest.hexdigest(), reread=lambda: items([], None), count=len(ids),
+                   duplicates=repeated(ids), task=task, texts=texts)
 
 
 def _row_label(number: int, row: Any, id_field: str) -> str:
@@ -199,13 +244,6 @@ def _row_label(number: int, row: Any, id_field: str) -> str:
     one ("3 (question_id 77)"), so the row can be found either way."""
     value = row.get(id_field) if isinstance(row, Mapping) else None
     return f"{number} ({id_field} {value})" if value not in (None, "") else str(number)
-
-
-def _make(dataset: Dataset, file: str, row: int | str, build: Callable[[], dict[str, Any]]) -> None:
-    """Build one item into ``dataset.items``; any problem becomes a RowError naming the field, and loading goes on."""
-    item = _build(dataset.errors, file, row, build)
-    if item is not None:
-        dataset.items.append(item)
 
 
 def _build(errors: list[RowError], file: str, row: int | str, build: Callable[[], dict[str, Any]],
@@ -246,35 +284,38 @@ def _missing_line(missing: MissingFields, supply: Callable[[str], str] | None) -
 
 def load_faireval(path: str | Path | None = None, *, reverse: bool = False) -> Dataset:
     """FairEval / Vicuna-80 pairwise set: Assistant 1 = gpt35, Assistant 2 = vicuna (``reverse`` swaps)."""
-    return _faireval(_read_json(Path(path) if path else _builtin_path("faireval")), reverse)
+    return _faireval(_source(Path(path) if path else _builtin_path("faireval")), reverse)
 
 
 def _faireval(source: _Source, reverse: bool) -> Dataset:
-    file, rows = source.file, source.data
-    if not isinstance(rows, list):
+    file, prefix = str(source.file), source.at()
+    if prefix is None:
         raise DatasetError(f"{file}: expected a JSON array of FairEval questions")
-    dataset = Dataset("faireval", sha256=source.sha256)
-    for i, row in enumerate(rows):
-        def build(row: Any = row, i: int = i) -> dict[str, Any]:
-            if not isinstance(row, Mapping):
-                raise TypeError("a FairEval row must be an object")
-            label = row.get("human_results")
-            if label is not None and label not in FAIREVAL_LABELS:
-                raise FieldError("human_results", f"{label!r} is not gpt35 / vicuna / tie")
-            one, two = _field(row, "response.gpt35"), _field(row, "response.vicuna")
-            systems = FAIREVAL_SYSTEMS
-            human = {"label": FAIREVAL_LABELS[label]} if label else None
-            if reverse:
-                one, two, systems = two, one, systems[::-1]
-                human = {"label": SWAP_LABEL[human["label"]]} if human else None
-            # the systems by name, as any pairwise item may give them (meta.model_1 / meta.model_2): what
-            # `jurygraph rank` ranks and the same-family warning of `jurygraph metaeval` compares judges with
-            return {"id": str(row.get("question_id", i)), "task": "pairwise", "dataset": "faireval",
-                    "question": _field(row, "question"), "response_1": one, "response_2": two, "human": human,
-                    "meta": {"category": row.get("category"), "reversed": reverse,
-                             "model_1": systems[0], "model_2": systems[1]}}
-        _make(dataset, str(file), _row_label(i + 1, row, "question_id"), build)
-    return dataset
+
+    def items(errors: list[RowError], digest: Any) -> Iterator[EvalItem]:
+        for i, row in enumerate(source.rows(prefix, digest)):
+            def build(row: Any = row, i: int = i) -> dict[str, Any]:
+                if not isinstance(row, Mapping):
+                    raise TypeError("a FairEval row must be an object")
+                label = row.get("human_results")
+                if label is not None and label not in FAIREVAL_LABELS:
+                    raise FieldError("human_results", f"{label!r} is not gpt35 / vicuna / tie")
+                one, two = _field(row, "response.gpt35"), _field(row, "response.vicuna")
+                systems = FAIREVAL_SYSTEMS
+                human = {"label": FAIREVAL_LABELS[label]} if label else None
+                if reverse:
+                    one, two, systems = two, one, systems[::-1]
+                    human = {"label": SWAP_LABEL[human["label"]]} if human else None
+                # the systems by name, as any pairwise item may give them (meta.model_1 / meta.model_2): what
+                # `jurygraph rank` ranks and the same-family warning of `jurygraph metaeval` compares judges with
+                return {"id": str(row.get("question_id", i)), "task": "pairwise", "dataset": "faireval",
+                        "question": _field(row, "question"), "response_1": one, "response_2": two, "human": human,
+                        "meta": {"category": row.get("category"), "reversed": reverse,
+                                 "model_1": systems[0], "model_2": systems[1]}}
+            item = _build(errors, file, _row_label(i + 1, row, "question_id"), build)
+            if item is not None:
+                yield item
+    return _streamed("faireval", TaskKind.PAIRWISE, items)
 
 
 def load_summeval(path: str | Path | None = None, *, aspect: str = "coherence") -> Dataset:
@@ -282,41 +323,43 @@ def load_summeval(path: str | Path | None = None, *, aspect: str = "coherence") 
 
     ``human`` holds all four expert means; ``group`` is the document id (summary-level correlation).
     """
-    return _summeval(_read_json(Path(path) if path else _builtin_path("summeval")), aspect)
+    return _summeval(_source(Path(path) if path else _builtin_path("summeval")), aspect)
 
 
 def _summeval(source: _Source, aspect: str) -> Dataset:
     info = get_aspect("summeval", aspect)
-    file, data = source.file, source.data
-    rows = data.get("rows") if isinstance(data, dict) else data
-    if not isinstance(rows, list):
+    file, prefix = str(source.file), source.at("rows")
+    if prefix is None:
         raise DatasetError(f"{file}: expected the HF rows layout ({{'rows': [...]}}) or a list of documents")
-    dataset = Dataset("summeval", sha256=source.sha256)
     dims = aspects_of("summeval")
-    for d, entry in enumerate(rows):
-        doc = entry.get("row", entry) if isinstance(entry, dict) else entry
-        try:
-            summaries = _field(doc, "machine_summaries")
-            doc_id, text = _field(doc, "id"), _field(doc, "text")
-            if not isinstance(summaries, list):
-                raise FieldError("machine_summaries", "must be a list of summaries")
-            for dim in dims:
-                # every score list must align with the summaries, or no score of the document can be trusted
-                if dim in doc and (not isinstance(doc[dim], list) or len(doc[dim]) != len(summaries)):
-                    got = len(doc[dim]) if isinstance(doc[dim], list) else type(doc[dim]).__name__
-                    raise FieldError(dim, f"has {got} scores for {len(summaries)} summaries")
-        except FieldError as err:
-            dataset.errors.append(RowError(str(file), _row_label(d + 1, doc, "id"), err.field, f"document: {err}"))
-            continue
-        for s, summary in enumerate(summaries):
-            def build(s: int = s, summary: str = summary, doc: dict[str, Any] = doc, doc_id: str = doc_id,
-                      text: str = text) -> dict[str, Any]:
-                human = {dim: _number(doc[dim][s], f"{dim}[{s}]") for dim in dims if dim in doc}
-                return {"id": f"{doc_id}#{s}", "task": "score", "dataset": "summeval", "aspect": aspect,
-                        "scale": info.scale.model_dump() if info else None, "source": text, "response": summary,
-                        "group": doc_id, "human": human, "meta": {"summary_index": s}}
-            _make(dataset, str(file), f"{d + 1} (id {doc_id}#{s})", build)
-    return dataset
+
+    def items(errors: list[RowError], digest: Any) -> Iterator[EvalItem]:
+        for d, entry in enumerate(source.rows(prefix, digest)):
+            doc = entry.get("row", entry) if isinstance(entry, dict) else entry
+            try:
+                summaries = _field(doc, "machine_summaries")
+                doc_id, text = _field(doc, "id"), _field(doc, "text")
+                if not isinstance(summaries, list):
+                    raise FieldError("machine_summaries", "must be a list of summaries")
+                for dim in dims:
+                    # every score list must align with the summaries, or no score of the document can be trusted
+                    if dim in doc and (not isinstance(doc[dim], list) or len(doc[dim]) != len(summaries)):
+                        got = len(doc[dim]) if isinstance(doc[dim], list) else type(doc[dim]).__name__
+                        raise FieldError(dim, f"has {got} scores for {len(summaries)} summaries")
+            except FieldError as err:
+                errors.append(RowError(file, _row_label(d + 1, doc, "id"), err.field, f"document: {err}"))
+                continue
+            for s, summary in enumerate(summaries):
+                def build(s: int = s, summary: str = summary, doc: dict[str, Any] = doc, doc_id: str = doc_id,
+                          text: str = text) -> dict[str, Any]:
+                    human = {dim: _number(doc[dim][s], f"{dim}[{s}]") for dim in dims if dim in doc}
+                    return {"id": f"{doc_id}#{s}", "task": "score", "dataset": "summeval", "aspect": aspect,
+                            "scale": info.scale.model_dump() if info else None, "source": text,
+                            "response": summary, "group": doc_id, "human": human, "meta": {"summary_index": s}}
+                item = _build(errors, file, f"{d + 1} (id {doc_id}#{s})", build)
+                if item is not None:
+                    yield item
+    return _streamed("summeval", TaskKind.SCORE, items)
 
 
 def load_topical_chat(path: str | Path | None = None, *, aspect: str = "naturalness") -> Dataset:
@@ -325,34 +368,37 @@ def load_topical_chat(path: str | Path | None = None, *, aspect: str = "naturaln
     ``source`` is the dialogue history, ``context`` the grounding fact; ``group`` numbers the context in
     order of first appearance (per-context averaging, DEBATE).
     """
-    return _topical_chat(_read_json(Path(path) if path else _builtin_path("topical-chat")), aspect)
+    return _topical_chat(_source(Path(path) if path else _builtin_path("topical-chat")), aspect)
 
 
 def _topical_chat(source: _Source, aspect: str) -> Dataset:
     info = get_aspect("topical-chat", aspect)
-    file, rows = source.file, source.data
-    if not isinstance(rows, list):
+    file, prefix = str(source.file), source.at()
+    if prefix is None:
         raise DatasetError(f"{file}: expected a JSON array of Topical-Chat items")
-    dataset = Dataset("topical-chat", sha256=source.sha256)
-    contexts: dict[str, int] = {}
-    counts: dict[int, int] = {}
-    for i, row in enumerate(rows):
-        def build(row: Any = row, i: int = i) -> dict[str, Any]:
-            source, response = _field(row, "source"), _field(row, "system_output")
-            scores = row.get("scores", {})
-            if not isinstance(scores, Mapping):
-                raise FieldError("scores", "must be an object of aspect -> score")
-            human = {k: _number(v, f"scores.{k}") for k, v in scores.items()}
-            # ids are numbered only once the row is known to be valid, so a bad row shifts no id
-            ctx = contexts.setdefault(source, len(contexts))
-            j = counts[ctx] = counts.get(ctx, -1) + 1
-            return {"id": f"tc-{ctx:02d}-{j}", "task": "score", "dataset": "topical-chat", "aspect": aspect,
-                    "scale": info.scale.model_dump() if info else None, "source": source,
-                    "context": row.get("context", ""), "response": response,
-                    "group": f"tc-{ctx:02d}", "human": human,
-                    "meta": {"system_id": row.get("system_id"), "row": i}}
-        _make(dataset, str(file), i + 1, build)
-    return dataset
+
+    def items(errors: list[RowError], digest: Any) -> Iterator[EvalItem]:
+        contexts: dict[str, int] = {}  # each pass numbers the contexts afresh, in order of first appearance
+        counts: dict[int, int] = {}
+        for i, row in enumerate(source.rows(prefix, digest)):
+            def build(row: Any = row, i: int = i) -> dict[str, Any]:
+                source, response = _field(row, "source"), _field(row, "system_output")
+                scores = row.get("scores", {})
+                if not isinstance(scores, Mapping):
+                    raise FieldError("scores", "must be an object of aspect -> score")
+                human = {k: _number(v, f"scores.{k}") for k, v in scores.items()}
+                # ids are numbered only once the row is known to be valid, so a bad row shifts no id
+                ctx = contexts.setdefault(source, len(contexts))
+                j = counts[ctx] = counts.get(ctx, -1) + 1
+                return {"id": f"tc-{ctx:02d}-{j}", "task": "score", "dataset": "topical-chat", "aspect": aspect,
+                        "scale": info.scale.model_dump() if info else None, "source": source,
+                        "context": row.get("context", ""), "response": response,
+                        "group": f"tc-{ctx:02d}", "human": human,
+                        "meta": {"system_id": row.get("system_id"), "row": i}}
+            item = _build(errors, file, i + 1, build)
+            if item is not None:
+                yield item
+    return _streamed("topical-chat", TaskKind.SCORE, items)
 
 
 # MT-Bench's human judgments (Zheng et al. 2023; ``lmsys/mt_bench_human_judgments`` on the Hugging Face hub, its
@@ -380,22 +426,7 @@ def load_mt_bench(path: str | Path, *, reverse: bool = False, aspect: str | None
     its own first answer, the second question and its second answer (``turn`` = 2 is the answer judged), as
     MT-Bench's multi-turn judge prompt shows each assistant's whole conversation. ``reverse`` swaps the two
     conversations; ``aspect`` (``--aspect``) chooses the conversations' rubric (default helpfulness)."""
-    source = _read_rows(Path(path))
-    return _mt_bench(source, reverse, aspect)
-
-
-def _read_rows(file: Path) -> _Source:
-    """A JSON array, or a JSONL file read whole, as one source (for layouts whose rows are grouped into items)."""
-    if file.suffix.lower() != ".jsonl":
-        return _read_json(file)
-    if not file.exists():
-        raise DatasetError(f"{file}: no such file")
-    errors: list[RowError] = []
-    digest = hashlib.sha256()
-    rows = [row for _, row in _rows(file, errors, digest)]
-    if errors:
-        raise DatasetError(f"{errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
-    return _Source(file, digest.hexdigest(), rows)
+    return _mt_bench(_source(Path(path), lines=True), reverse, aspect)
 
 
 def _turns(conversation: Any, turn: int, field: str) -> list[dict[str, Any]]:
@@ -444,45 +475,55 @@ def majority(labels: Sequence[str]) -> str | None:
 
 
 def _mt_bench(source: _Source, reverse: bool, aspect: str | None = None) -> Dataset:
-    file, rows = str(source.file), source.data
-    if not isinstance(rows, list):
+    """Read twice before it is a dataset: once for the votes (an item holds every vote on it, wherever they are in
+    the file; only the votes are kept), then as any stream, each item built at its first row."""
+    file, prefix = str(source.file), source.at()
+    if prefix is None:
         raise DatasetError(f"{file}: expected a JSON array (or JSONL) of MT-Bench judgment rows")
-    dataset = Dataset("mt-bench", sha256=source.sha256)
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}  # in order of first appearance
-    for i, row in enumerate(rows):
+    errors: list[RowError] = []
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    first: dict[int, dict[str, Any]] = {}  # each group by the number of its first row (the items' order)
+    for i, row in enumerate(source.rows(prefix)):
         where = _row_label(i + 1, row, "question_id")
         try:
             key, model_a, vote = _mt_bench_vote(row)
         except FieldError as err:
-            dataset.errors.append(RowError(file, where, err.field, str(err)))
+            errors.append(RowError(file, where, err.field, str(err)))
             continue
-        group = groups.setdefault(key, {"row": row, "where": where, "votes": []})
-        if model_a != group["row"]["model_a"]:  # the same pair the other way round
+        if key not in groups:
+            groups[key] = first[i] = {"model_a": model_a, "where": where, "votes": []}
+        group = groups[key]
+        if model_a != group["model_a"]:  # the same pair the other way round
             vote = {**vote, "label": SWAP_LABEL[vote["label"]]}
         group["votes"].append(vote)
-    for group in groups.values():
-        def build(group: dict[str, Any] = group) -> dict[str, Any]:
-            row, votes = group["row"], group["votes"]
-            turn = int(row["turn"])
-            one, two = _turns(row["conversation_a"], turn, "conversation_a"), \
-                _turns(row["conversation_b"], turn, "conversation_b")
-            human: dict[str, Any] = {"votes": votes}
-            label = majority([vote["label"] for vote in votes])
-            if label is not None:
-                human["label"] = label
-            question = [m["content"] for m in one if m["role"] == "user"][-1]
-            shared = 0  # the messages both conversations begin with (the first question): said once
-            while shared < min(len(one), len(two)) - 1 and one[shared] == two[shared]:
-                shared += 1
-            return {"id": f"{row['question_id']}-{row['model_a']}-vs-{row['model_b']}-t{turn}", "task": "pairwise",
-                    "dataset": "mt-bench", "aspect": aspect, "question": question, "messages": one[:shared] or None,
-                    "messages_1": one[shared:], "messages_2": two[shared:], "turn": turn,
-                    "human": human, "meta": {"question_id": row["question_id"], "turn": turn,
-                                             "model_1": row["model_a"], "model_2": row["model_b"]}}
-        item = _build(dataset.errors, file, group["where"], build)
-        if item is not None:
-            dataset.items.append(_reversed(item) if reverse else item)
-    return dataset
+    del groups
+
+    def items(errors: list[RowError], digest: Any) -> Iterator[EvalItem]:
+        for i, row in enumerate(source.rows(prefix, digest)):
+            if i not in first:
+                continue
+
+            def build(row: Mapping[str, Any] = row, votes: list[dict[str, Any]] = first[i]["votes"]) -> dict[str, Any]:
+                turn = int(row["turn"])
+                one, two = _turns(row["conversation_a"], turn, "conversation_a"), \
+                    _turns(row["conversation_b"], turn, "conversation_b")
+                human: dict[str, Any] = {"votes": votes}
+                label = majority([vote["label"] for vote in votes])
+                if label is not None:
+                    human["label"] = label
+                question = [m["content"] for m in one if m["role"] == "user"][-1]
+                shared = 0  # the messages both conversations begin with (the first question): said once
+                while shared < min(len(one), len(two)) - 1 and one[shared] == two[shared]:
+                    shared += 1
+                return {"id": f"{row['question_id']}-{row['model_a']}-vs-{row['model_b']}-t{turn}",
+                        "task": "pairwise", "dataset": "mt-bench", "aspect": aspect, "question": question,
+                        "messages": one[:shared] or None, "messages_1": one[shared:], "messages_2": two[shared:],
+                        "turn": turn, "human": human, "meta": {"question_id": row["question_id"], "turn": turn,
+                                                              "model_1": row["model_a"], "model_2": row["model_b"]}}
+            item = _build(errors, file, first[i]["where"], build)
+            if item is not None:
+                yield _reversed(item) if reverse else item
+    return _streamed("mt-bench", TaskKind.PAIRWISE, items, errors)
 
 
 # a conversation rated on no scale of its own (a LangSmith run, an agent's thread) is rated 1-10, as MT-Bench's
@@ -493,34 +534,59 @@ CONVERSATION_SCALE = Scale(low=1, high=10)
 def load_langsmith(path: str | Path, *, aspect: str | None = None, scale: Scale | None = None) -> Dataset:
     """A LangSmith run export (JSON array, JSONL or ``{"runs": [...]}``): one score item per trace, its conversation
     and steps (:mod:`jurygraph.running.langsmith_runs`), rated on ``scale`` (default 1-10)."""
-    return _langsmith(_read_rows(Path(path)), aspect, scale)
+    return _langsmith(_source(Path(path), lines=True), aspect, scale)
 
 
 def _langsmith(source: _Source, aspect: str | None, scale: Scale | None) -> Dataset:
-    file, data = str(source.file), source.data
-    runs = data.get("runs") if isinstance(data, dict) else data
-    if not isinstance(runs, list):
+    """Read twice before it is a dataset: once for the runs' ids and parent links (which runs make a trace: only
+    those are kept), then as any stream, each trace's runs held only until its last run is read, and its item
+    yielded in the order of the traces' first runs, as :func:`traces` orders them."""
+    file, prefix = str(source.file), source.at("runs")
+    if prefix is None:
         raise DatasetError(f"{file}: expected a JSON array (or JSONL) of LangSmith runs, or {{'runs': [...]}}")
-    dataset = Dataset("langsmith", sha256=source.sha256)
-    readable = []
-    for i, run in enumerate(runs):
+    errors: list[RowError] = []
+    links = []  # each readable run's id and parent, and its row
+    for i, run in enumerate(source.rows(prefix)):
         if is_langsmith_run(run):
-            readable.append((i, run))
+            links.append({"id": run["id"], "parent_run_id": run.get("parent_run_id"), "row": i})
         else:
-            dataset.errors.append(RowError(file, i + 1, None, "not a LangSmith run (it needs id, run_type, inputs)"))
-    rows = {str(run["id"]): i for i, run in readable}
-    for root, trace in traces([run for _, run in readable]).items():
-        run = trace[[str(r["id"]) for r in trace].index(root)]
+            errors.append(RowError(file, i + 1, None, "not a LangSmith run (it needs id, run_type, inputs)"))
+    named = {str(link["id"]): link["row"] for link in links}  # a root is named by the row of its id
+    plan: list[tuple[int, int, int]] = []  # each trace: the row naming it, its root's place in it, its last row
+    trace_of: dict[int, int] = {}  # each readable row's trace
+    for root, trace in traces(links).items():
+        for link in trace:
+            trace_of[link["row"]] = len(plan)
+        plan.append((named[root], [str(link["id"]) for link in trace].index(root), trace[-1]["row"]))
+    del links, named
 
-        def build(run: Mapping[str, Any] = run, trace: list[Mapping[str, Any]] = trace) -> dict[str, Any]:
-            try:
-                fields = run_item(run, trace)
-            except RunFieldError as err:
-                raise FieldError(err.field, str(err)) from None
-            return {"task": TaskKind.SCORE.value, "dataset": "langsmith", "aspect": aspect,
-                    "scale": (scale or CONVERSATION_SCALE).model_dump(), **fields}
-        _make(dataset, file, _row_label(rows[root] + 1, run, "id"), build)
-    return dataset
+    def items(errors: list[RowError], digest: Any) -> Iterator[EvalItem]:
+        held: dict[int, list[Mapping[str, Any]]] = {}  # the traces being read
+        done: set[int] = set()
+        ready = 0  # the next trace to yield
+        for i, run in enumerate(source.rows(prefix, digest)):
+            if i not in trace_of:
+                continue
+            held.setdefault(trace_of[i], []).append(run)
+            if i == plan[trace_of[i]][2]:
+                done.add(trace_of[i])
+            while ready in done:
+                row, at, _ = plan[ready]
+                trace = held.pop(ready)
+                done.remove(ready)
+                ready += 1
+
+                def build(run: Mapping[str, Any] = trace[at], trace: list[Mapping[str, Any]] = trace) -> dict[str, Any]:
+                    try:
+                        fields = run_item(run, trace)
+                    except RunFieldError as err:
+                        raise FieldError(err.field, str(err)) from None
+                    return {"task": TaskKind.SCORE.value, "dataset": "langsmith", "aspect": aspect,
+                            "scale": (scale or CONVERSATION_SCALE).model_dump(), **fields}
+                item = _build(errors, file, _row_label(row + 1, trace[at], "id"), build)
+                if item is not None:
+                    yield item
+    return _streamed("langsmith", TaskKind.SCORE, items, errors)
 
 
 def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, str] | None = None,
@@ -559,15 +625,7 @@ def load_table(path: str | Path, *, task: TaskKind | str, mapping: Mapping[str, 
             if item is not None:
                 yield _reversed(item) if reverse else item
 
-    errors: list[RowError] = []
-    digest = hashlib.sha256()
-    ids, texts = [], 0  # the validating pass keeps only the ids, and counts the items that are not conversations
-    for item in items(errors, digest):
-        ids.append(item.id)
-        texts += not item.conversational
-    # iterating reads the file again; its rows' problems were reported by this pass, so they are not collected
-    return Dataset(file.stem, errors=errors, sha256=digest.hexdigest(), reread=lambda: items([]), count=len(ids),
-                   duplicates=repeated(ids), task=TaskKind(task), texts=texts)
+    return _streamed(file.stem, TaskKind(task), items)
 
 
 # the item fields a same-named column fills (human and meta only as objects); once, not per row: reading a
@@ -766,10 +824,10 @@ def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, 
     if kind is not None:
         if scale is not None:  # said before the packaged file is read
             raise DatasetError(_scale_refused(key, scale))
-        return _load_kind(kind, _read_json(_builtin_path(kind)), aspect, reverse)
+        return _load_kind(kind, _source(_builtin_path(kind)), aspect, reverse)
     layout = _jsonl_layout(path) if path.suffix.lower() == ".jsonl" else None
-    if layout is not None:  # a layout whose rows are grouped into items: read whole, as its JSON array would be
-        return _load_kind(layout, _read_rows(path), aspect, reverse, scale)
+    if layout is not None:  # a layout whose rows are grouped into items (MT-Bench's votes, LangSmith's traces)
+        return _load_kind(layout, _source(path, lines=True), aspect, reverse, scale)
     if table:
         if task is None:
             raise DatasetError(f"{path}: a JSONL/CSV dataset needs --task (pairwise, score or choice)")
@@ -779,7 +837,7 @@ def _load(key: str, aspect: str | None, task: str | None, mapping: Mapping[str, 
         if scale is not None:
             defaults["scale"] = {"low": scale.low, "high": scale.high}
         return load_table(path, task=task, mapping=mapping, defaults=defaults or None, reverse=reverse)
-    source = _read_json(path)  # read and parsed once: to recognise the layout and to load it
+    source = _source(path)  # the layout from the document's first events; its rows are read as the dataset loads
     return _load_kind(_sniff(source), source, aspect, reverse, scale)
 
 
@@ -817,21 +875,24 @@ def _load_kind(kind: str, source: _Source, aspect: str | None, reverse: bool, sc
 
 
 def _sniff(source: _Source) -> str:
-    data, path = source.data, source.file
-    if isinstance(data, dict) and "rows" in data:
+    """The layout, from the document's first events: its top-level key "rows" or "runs", or its first row."""
+    shape, path = source.shape, source.file
+    assert shape is not None  # a JSON document
+    if shape.kind == "object" and shape.key == "rows":
         return "summeval"
-    if isinstance(data, dict) and isinstance(data.get("runs"), list):
+    if shape.kind == "object" and shape.key == "runs" and shape.key_array:
         return "langsmith"
-    if isinstance(data, list) and data and isinstance(data[0], dict):
-        if is_mt_bench(data[0]):  # before FairEval: its rows have a question_id too
+    if shape.kind == "array" and isinstance(shape.first, dict):
+        first = shape.first
+        if is_mt_bench(first):  # before FairEval: its rows have a question_id too
             return "mt-bench"
-        if is_langsmith_run(data[0]):
+        if is_langsmith_run(first):
             return "langsmith"
-        if "human_results" in data[0] or "question_id" in data[0]:
+        if "human_results" in first or "question_id" in first:
             return "faireval"
-        if "system_output" in data[0]:
+        if "system_output" in first:
             return "topical-chat"
-        if "machine_summaries" in data[0]:
+        if "machine_summaries" in first:
             return "summeval"
     raise DatasetError(f"{path}: not a FairEval, SummEval, Topical-Chat, MT-Bench or LangSmith-export layout; use "
                        ".jsonl/.csv with a mapping")
