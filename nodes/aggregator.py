@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableLambda
 from jurygraph.judging.aggregation import UNREADABLE_RULES, UnreadableRule, aggregate, tie_on_unreadable
 from jurygraph.judging.items import as_item
 from jurygraph.judging.judgments import Judgment
+from jurygraph.llm.calls import GraphNode
 
 
 def make_aggregator_node(agents: Sequence[str], name: str = "aggregate", method: str | None = None,
@@ -39,4 +40,4 @@ def make_aggregator_node(agents: Sequence[str], name: str = "aggregate", method:
             verdict = verdict.model_copy(update={"detail": {**verdict.detail, **annotate(state)}})
         return {"verdict": verdict.to_state()}
 
-    return RunnableLambda(run, name=name)
+    return GraphNode(run, name=name)  # pure and quick: on the event loop, with no run of its own when untraced

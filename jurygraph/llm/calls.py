@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.errors import GraphBubbleUp
@@ -135,7 +136,34 @@ def agent_node(body: NodeBody, name: str, *,
                 raise
             return on_failure(state, err)
 
-    return RunnableLambda(run_sync, afunc=run_async, name=name)
+    return GraphNode(run_sync, afunc=run_async, name=name)
+
+
+class GraphNode(RunnableLambda):
+    """A graph node's ``RunnableLambda`` (a function of the state alone) that, when no callback handler is there to
+    hear it (nothing traces the run), calls its function at once: LangGraph has already opened the node's own run
+    and set its config as the context, and a ``RunnableLambda`` would open a second run inside it (a callback
+    manager, two signature inspections of the function, a child config) for no one, ~0.2 ms a node at zero latency
+    (benchmarks/README.md, "Where the time goes"). Traced, it is a ``RunnableLambda`` as before. A sync-only
+    function is then called on the event loop rather than in a worker thread: use it for quick, pure functions."""
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if not kwargs and _unheard(config):
+            afunc = getattr(self, "afunc", None)
+            return await afunc(input) if afunc is not None else self.func(input)
+        return await super().ainvoke(input, config, **kwargs)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if not kwargs and _unheard(config) and hasattr(self, "func"):
+            return self.func(input)
+        return super().invoke(input, config, **kwargs)
+
+
+def _unheard(config: RunnableConfig | None) -> bool:
+    """Whether a node's config carries a callback manager with no handler (a graph's node run that nothing traces).
+    No manager at all is not known to be unheard: LangChain would look for tracing in the environment."""
+    manager = (config or {}).get("callbacks")
+    return isinstance(manager, BaseCallbackManager) and not manager.handlers and not manager.inheritable_handlers
 
 
 def current_context() -> JuryContext:
@@ -411,7 +439,25 @@ def _bound(resolved: ResolvedModel, req: ModelRequest) -> Any:
     unknown &= required
     if unknown:
         raise TypeError(f"{resolved.label} has no parameter(s) {', '.join(sorted(unknown))} (agent {req.agent!r})")
-    return resolved.model.model_copy(update=params)
+    try:
+        key = (id(resolved.model), repr(sorted(params.items())))
+    except TypeError:  # parameter names that do not sort: a copy of its own
+        return resolved.model.model_copy(update=params)
+    held = _bound_models.get(key)
+    if held is None or held[0] is not resolved.model:
+        if len(_bound_models) >= _BOUND_MODELS_KEPT:
+            _bound_models.clear()
+        bound = resolved.model.model_copy(update=params)
+        _bound_models[key] = held = (resolved.model, bound)
+    return held[1]
+
+
+# One copy of a model per distinct parameter set, not one per call: a copy is a new pydantic object, and LangChain
+# serialises a chat model (``dumpd``, for its callbacks' ``on_chat_model_start``) once per instance, which was ~0.5 ms
+# of CPU per call at zero latency (benchmarks/README.md, "Where the time goes"). Keyed by the base model's identity,
+# which the entry holds (so the id is not reused while it is kept); cleared whole when full.
+_bound_models: dict[tuple[int, str], tuple[Any, Any]] = {}
+_BOUND_MODELS_KEPT = 256
 
 
 # Provider clients retry 429, 5xx, timeouts and connection errors themselves (exponential backoff with jitter,

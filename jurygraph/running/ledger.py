@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,12 @@ class Payment:
     source: str = "online"
     uid: str = ""  # unique over every ledger: a batch line's is its batch and custom_id, so collecting it twice is
     # one row
+
+
+def payment_row(payment: Payment, **given: Any) -> tuple[Any, ...]:
+    """A payment as a row of ``_COLUMNS``, the columns ``given`` set. A payment's fields are plain values: read one
+    by one, not copied deep by ``asdict`` (~0.1 ms of CPU per paid call at zero latency)."""
+    return tuple(given[name] if name in given else getattr(payment, name) for name in _COLUMNS)
 
 
 @dataclass
@@ -153,10 +159,8 @@ class Ledger:
             return self._db.total_changes - before
 
     def _row(self, payment: Payment, invocation: int) -> tuple[Any, ...]:
-        data = asdict(payment)
-        data.update(uid=payment.uid or uuid.uuid4().hex, run=self.run, invocation=invocation,
-                    origin=self.origin, at=time.time())
-        return tuple(data[name] for name in _COLUMNS)
+        return payment_row(payment, uid=payment.uid or uuid.uuid4().hex, run=self.run, invocation=invocation,
+                           origin=self.origin, at=time.time())
 
     def attribute(self, key: str, item: str, agent: str, role: str) -> None:
         """A collected batch answer was handed to its call: its row gets the call's item and agent (the first call
@@ -315,10 +319,8 @@ class PostgresLedger:
     def record_many(self, payments: Iterable[Payment]) -> int:
         rows = []
         for payment in payments:
-            data = asdict(payment)
-            data.update(uid=payment.uid or uuid.uuid4().hex, run=self.run, invocation=self.invocation,
-                        origin=self.origin, at=time.time())
-            rows.append(tuple(data[name] for name in _COLUMNS))
+            rows.append(payment_row(payment, uid=payment.uid or uuid.uuid4().hex, run=self.run,
+                                    invocation=self.invocation, origin=self.origin, at=time.time()))
         if not rows:
             return 0
         marks = ", ".join("%s" for _ in _COLUMNS)
