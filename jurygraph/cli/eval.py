@@ -7,7 +7,6 @@ import argparse
 import importlib.util
 import json
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_m
 from jurygraph.llm.redact import MASK, redact_text, redact_url, redact_values
 from jurygraph.running.datasets import Dataset, load_dataset
 from jurygraph.running.distributed import INSTALL_HINT, RayOptions
-from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
+from jurygraph.running.rundir import RESULTS, read_manifest
 from jurygraph.running.runner import RunAborted, RunSummary, run
 from jurygraph.running.threads import load_threads, read_thread_ids
 
@@ -375,28 +374,15 @@ def _model_labels(context: JuryContext) -> dict[str, str]:
 
 
 def _print_summary(summary: RunSummary, out: Path) -> None:
-    verdicts: Counter[str] = Counter()
-    for record in iter_results(out):  # one at a time: a large run's records do not fit in memory together
-        verdict = record.get("verdict") or {}
-        if record.get("status") == AWAITING_REVIEW:
-            verdicts["awaiting review"] += 1
-        elif record.get("status") != "ok":
-            verdicts["failed"] += 1
-        elif verdict.get("missing"):
-            verdicts["missing"] += 1
-        elif verdict.get("label") is not None:
-            verdicts[f"Assistant {verdict['label']}" if verdict["label"] != "tie" else "tie"] += 1
-        elif verdict.get("score") is not None:
-            verdicts["scored"] += 1
-        elif verdict.get("answer") is not None:
-            verdicts["answered"] += 1
+    """The run's line, its verdicts (every line of the results file, counted as the run wrote them: the file is
+    not read again), the first failures and where the results are."""
     print(summary.line())
     cluster = (read_manifest(out) or {}).get("ray")
     if cluster:
         again = cluster.get("retried_shards") or 0
         print(f"ray: {cluster['workers']} workers on {cluster['nodes']} node(s), {cluster.get('shards')} shards"
               + (f", {again} judged again after their worker died" if again else ""))
-    print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
+    print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.verdicts.items())))
     for item_id, reason in list(summary.failures.items())[:5]:
         print(f"  failed {item_id}: {reason}")
     print(f"results: {out / RESULTS}")
