@@ -570,11 +570,14 @@ class Run:
             requests=summary.requests, attempts=summary.attempts, input_tokens=summary.input_tokens,
             output_tokens=summary.output_tokens, cache_hits=summary.cache_hits, cost_usd=summary.cost_usd,
             seconds=summary.seconds, interrupted=summary.interrupted, awaiting_review=summary.awaiting_review)
-        invocation.usage_by_agent = ledger.usage_by_agent(k)
-        invocation.usage_by_model = ledger.usage_by_model(k)
-        invocation.attempts_by_model = ledger.attempts_by_model(k)
+        # the meter's sums, counted as rows were recorded: the ledger is read again only when they moved since (a
+        # batch answer attributed to its call); its rows grow with the run, the end of the run does not
+        sums = self.meter.breakdown or ledger.breakdown()
+        invocation.usage_by_agent = sums.usage_by_agent(k)
+        invocation.usage_by_model = sums.usage_by_model(k)
+        invocation.attempts_by_model = sums.attempts_by_model(k)
         invocation.spend = self.meter.spent_here().figures()
-        everything = ledger.totals()
+        everything = sums.totals()
         ended = [i.counts for i in manifest.invocations if i.counts is not None]
         items = self.total if self.total is not None else max([summary.items, manifest.counts.items or 0])
         manifest.counts = Counts(
@@ -586,9 +589,9 @@ class Run:
             cache_hits=sum(c.cache_hits for c in ended), seconds=sum(c.seconds for c in ended),
             interrupted=summary.interrupted, awaiting_review=summary.awaiting_review,
             reviewed=manifest.counts.reviewed)
-        manifest.usage_by_agent = ledger.usage_by_agent()
-        manifest.usage_by_model = ledger.usage_by_model()
-        manifest.attempts_by_model = ledger.attempts_by_model()
+        manifest.usage_by_agent = sums.usage_by_agent()
+        manifest.usage_by_model = sums.usage_by_model()
+        manifest.attempts_by_model = sums.attempts_by_model()
         manifest.generation = self.generation
         # the items a person has to decide (`jurygraph review RUN_DIR`); they keep their checkpoints
         manifest.awaiting_review = sorted(summary.awaiting)
