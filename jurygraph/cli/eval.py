@@ -131,8 +131,8 @@ def explicit_dests(argv: Sequence[str]) -> set[str]:
     return set(vars(parser.parse_args(list(argv)[1:])))
 
 
-def _resume_args(args: argparse.Namespace,
-                 parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, dict[str, Any]]:
+def _resume_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                 given: set[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The run's arguments from its manifest; an execution-only option given now wins, a run-defining one given
     now must equal the saved value (UsageError naming every conflict, nothing changed)."""
     manifest = read_manifest(args.resume)
@@ -145,7 +145,6 @@ def _resume_args(args: argparse.Namespace,
                          "MODULE:FACTORY` from the start")
     saved = dict(manifest.get("cli", {}))
     saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
-    given = explicit_dests(args.argv)
     conflicts, masked = [], []
     for key in sorted(set(saved) | set(vars(args))):
         if key in NOT_SETTINGS:
@@ -195,8 +194,9 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Judge a dataset; exit 1 when items failed or the run was stopped by a provider error (--resume continues
     it), 2 when the command cannot run (bad options, unreadable files, a busy run directory)."""
     previous: dict[str, Any] = {}
+    given = explicit_dests(args.argv)  # once: each parse builds eval's whole parser again
     if args.resume:
-        args, previous = _resume_args(args, parser)
+        args, previous = _resume_args(args, parser, given)
     if not (args.dataset or args.from_threads):
         raise UsageError("eval needs --dataset or --from-threads (or --resume RUN_DIR)")
     if not args.from_threads and args.thread_ids:
@@ -205,9 +205,9 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_ranges(args)
     cluster = _ray_options(args)
     args.protocol = resolve_name(args.protocol)  # a protocol file's path, absolute: a resume may run elsewhere
-    check_options(args.protocol, explicit_dests(args.argv))
+    check_options(args.protocol, given)
     option_values(protocol_spec(args.protocol), args)  # its options' values in range, before any data is read
-    costs.check_cost_options(args, explicit_dests(args.argv))
+    costs.check_cost_options(args, given)
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
@@ -234,7 +234,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_doubt_signals(setup, args, items.tasks)
     context = context_from_args(args, setup)
     check_gen_options(args, setup, context, items,
-                      restored=bool(args.resume) and "gen" not in explicit_dests(args.argv))
+                      restored=bool(args.resume) and "gen" not in given)
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
