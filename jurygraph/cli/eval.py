@@ -25,6 +25,7 @@ from jurygraph.cli.protocols import (
     option_values,
     protocol_spec,
 )
+from jurygraph.cli.startup import resume_collection
 from jurygraph.graphs.calibration import accepted_options
 from jurygraph.graphs.registry import resolve_name, short_name
 from jurygraph.judging.items import Scale, plural
@@ -239,6 +240,7 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
                          "(a smoke-test model: its ratings carry no signal)")
+    resume_collection(context)  # start-up is over (the console script paused collection while modules loaded)
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     if args.dry_run and not args.pilot:
         return costs.dry_run(args, setup, context, items, prices, dataset=source)
