@@ -198,3 +198,31 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch: pytest.
     code, err, _ = run_cli(["show", "runs/x", "0"], capsys)
     assert code == 2
     assert_one_line(err, "jurygraph: Broken pipe")
+
+
+# --- the console script ends eval's process once its files are closed (issue 32: no interpreter teardown) ---
+
+
+def test_eval_as_a_process_ends_with_its_code_summary_and_files_whole(
+        openai_server: Callable[..., FakeOpenAIServer], tmp_path: Path) -> None:
+    server = openai_server()
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "jurygraph.cli", "eval", "--protocol", "single", "--dataset", "faireval", "--limit",
+            "3", "--model", "judge", "--base-url", server.base_url, "--out", str(out), "--quiet"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("3 done, 0 failed") and lines[-1] == f"results: {out / 'results.jsonl'}"
+    verdicts = dict(part.rsplit(" ", 1) for part in lines[1].removeprefix("verdicts: ").split(", "))
+    assert sum(int(n) for n in verdicts.values()) == 3  # counted as the lines were written, not read back
+    assert [r["status"] for r in read_results(out)] == ["ok"] * 3
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ended"] and manifest["counts"]["done"] == 3
+    # a resume with nothing left counts the lines it keeps
+    again = subprocess.run([*argv[:3], "eval", "--resume", str(out), "--quiet"], capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0 and again.stdout.splitlines()[1] == lines[1]
+    # a usage error keeps its code through the console script
+    wrong = subprocess.run([*argv[:3], "eval", "--dataset", "faireval", "--concurrency", "0"], capture_output=True,
+                           text=True, timeout=300)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("jurygraph: --concurrency must be at least 1")

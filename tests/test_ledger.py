@@ -427,3 +427,38 @@ def test_a_batch_collected_twice_is_paid_once(openai_server, tmp_path: Path) -> 
     assert main(["eval", "--resume", str(out)]) == 0
     assert [e["event"] for e in read_batch_events(out)][-2:] == ["collected", "settled"]  # collected again
     assert spend_of(out) == before and len(server.billed) == 3 * PER_ITEM
+
+
+def _grouped(db: Any, by: str, where: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The ledger's sums as SQL groups them (the manifest's views were these queries before the meter kept them)."""
+    sql = (f"SELECT {by}, SUM(requests), SUM(input_tokens), SUM(output_tokens), SUM(attempts) FROM payments"
+           + (f" WHERE {where}" if where else "") + f" GROUP BY {by} ORDER BY MIN(seq)")
+    return db.execute(sql, params).fetchall()
+
+
+def test_the_manifest_s_usage_is_the_ledger_s_sums_over_every_invocation(openai_server, tmp_path: Path) -> None:
+    """The end of a run reads no ledger row again (issue 32): the usage the manifest reports, per agent and model, of
+    each invocation and of all, is what the ledger's rows sum to, in the order each was first paid."""
+    import sqlite3
+
+    server = openai_server(lambda request, i: REPLY)
+    out = tmp_path / "run"
+    prices = prices_file(tmp_path)
+    assert main(chateval(server, out, "--dataset", "faireval", "--limit", "12", "--prices", str(prices),
+                         "--max-cost", "0.2", "--concurrency", "4")) == 3
+    assert main(["eval", "--resume", str(out), "--max-cost", "1"]) == 0
+    manifest = manifest_of(out)
+    db = sqlite3.connect(out / "ledger.sqlite")
+    for invocation, part in [(None, manifest), *enumerate(manifest["invocations"])]:
+        where, params = ("invocation = ?", (invocation,)) if invocation is not None else ("", ())
+        paid = " AND ".join(filter(None, ["requests > 0", where]))
+        by_agent = _grouped(db, "agent, role, model", paid, params)
+        assert list(part["usage_by_agent"]) == list(dict.fromkeys(str(agent) for agent, *_ in by_agent))
+        assert {agent: (e["requests"], e["input_tokens"], e["output_tokens"], e["model"])
+                for agent, e in part["usage_by_agent"].items()} == {
+            str(agent): (n, i, o, model) for agent, _, model, n, i, o, _ in by_agent}
+        assert [(model, e["requests"], e["input_tokens"], e["output_tokens"]) for model, e in
+                part["usage_by_model"].items()] == [row[:4] for row in _grouped(db, "model", paid, params)]
+        assert part["attempts_by_model"] == {model: a for model, *_, a in _grouped(db, "model", where, params) if a}
+    assert manifest["counts"]["requests"] == db.execute("SELECT SUM(requests) FROM payments").fetchone()[0]
+    db.close()

@@ -1,3 +1,3 @@
-from jurygraph.cli.app import main
+from jurygraph.cli.app import console_main
 
-raise SystemExit(main())
+console_main()

@@ -7,7 +7,6 @@ import argparse
 import importlib.util
 import json
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from jurygraph.cli.protocols import (
     option_values,
     protocol_spec,
 )
+from jurygraph.cli.startup import resume_collection
 from jurygraph.graphs.calibration import accepted_options
 from jurygraph.graphs.registry import resolve_name, short_name
 from jurygraph.judging.items import Scale, plural
@@ -35,7 +35,7 @@ from jurygraph.llm.models import JuryContext, ModelSpec, parse_gen, uses_local_m
 from jurygraph.llm.redact import MASK, redact_text, redact_url, redact_values
 from jurygraph.running.datasets import Dataset, load_dataset
 from jurygraph.running.distributed import INSTALL_HINT, RayOptions
-from jurygraph.running.rundir import AWAITING_REVIEW, RESULTS, iter_results, read_manifest
+from jurygraph.running.rundir import RESULTS, read_manifest
 from jurygraph.running.runner import RunAborted, RunSummary, run
 from jurygraph.running.threads import load_threads, read_thread_ids
 
@@ -132,8 +132,8 @@ def explicit_dests(argv: Sequence[str]) -> set[str]:
     return set(vars(parser.parse_args(list(argv)[1:])))
 
 
-def _resume_args(args: argparse.Namespace,
-                 parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, dict[str, Any]]:
+def _resume_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                 given: set[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The run's arguments from its manifest; an execution-only option given now wins, a run-defining one given
     now must equal the saved value (UsageError naming every conflict, nothing changed)."""
     manifest = read_manifest(args.resume)
@@ -146,7 +146,6 @@ def _resume_args(args: argparse.Namespace,
                          "MODULE:FACTORY` from the start")
     saved = dict(manifest.get("cli", {}))
     saved.update(saved.pop("protocol_args", None) or {})  # the protocol's options are saved nested
-    given = explicit_dests(args.argv)
     conflicts, masked = [], []
     for key in sorted(set(saved) | set(vars(args))):
         if key in NOT_SETTINGS:
@@ -196,8 +195,9 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Judge a dataset; exit 1 when items failed or the run was stopped by a provider error (--resume continues
     it), 2 when the command cannot run (bad options, unreadable files, a busy run directory)."""
     previous: dict[str, Any] = {}
+    given = explicit_dests(args.argv)  # once: each parse builds eval's whole parser again
     if args.resume:
-        args, previous = _resume_args(args, parser)
+        args, previous = _resume_args(args, parser, given)
     if not (args.dataset or args.from_threads):
         raise UsageError("eval needs --dataset or --from-threads (or --resume RUN_DIR)")
     if not args.from_threads and args.thread_ids:
@@ -206,9 +206,9 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_ranges(args)
     cluster = _ray_options(args)
     args.protocol = resolve_name(args.protocol)  # a protocol file's path, absolute: a resume may run elsewhere
-    check_options(args.protocol, explicit_dests(args.argv))
+    check_options(args.protocol, given)
     option_values(protocol_spec(args.protocol), args)  # its options' values in range, before any data is read
-    costs.check_cost_options(args, explicit_dests(args.argv))
+    costs.check_cost_options(args, given)
     parse_gen(args.gen)  # a bad --gen fails before any data is read (ValueError: exit 2)
     if args.cache and Path(args.cache).is_dir():
         raise UsageError(f"--cache {args.cache} is a directory; give a file path (e.g. {args.cache}/llm_cache.sqlite)")
@@ -235,11 +235,12 @@ def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_doubt_signals(setup, args, items.tasks)
     context = context_from_args(args, setup)
     check_gen_options(args, setup, context, items,
-                      restored=bool(args.resume) and "gen" not in explicit_dests(args.argv))
+                      restored=bool(args.resume) and "gen" not in given)
     if context.default is None and not context.models:
         raise UsageError("eval needs a model: --model openai:gpt-4o-mini, --model google_genai:gemini-2.0-flash, "
                          "--model NAME --base-url URL, or --model local for the embedded offline model "
                          "(a smoke-test model: its ratings carry no signal)")
+    resume_collection(context)  # start-up is over (the console script paused collection while modules loaded)
     prices = json.loads(Path(args.prices).read_text(encoding="utf-8")) if args.prices else None
     if args.dry_run and not args.pilot:
         return costs.dry_run(args, setup, context, items, prices, dataset=source)
@@ -375,28 +376,15 @@ def _model_labels(context: JuryContext) -> dict[str, str]:
 
 
 def _print_summary(summary: RunSummary, out: Path) -> None:
-    verdicts: Counter[str] = Counter()
-    for record in iter_results(out):  # one at a time: a large run's records do not fit in memory together
-        verdict = record.get("verdict") or {}
-        if record.get("status") == AWAITING_REVIEW:
-            verdicts["awaiting review"] += 1
-        elif record.get("status") != "ok":
-            verdicts["failed"] += 1
-        elif verdict.get("missing"):
-            verdicts["missing"] += 1
-        elif verdict.get("label") is not None:
-            verdicts[f"Assistant {verdict['label']}" if verdict["label"] != "tie" else "tie"] += 1
-        elif verdict.get("score") is not None:
-            verdicts["scored"] += 1
-        elif verdict.get("answer") is not None:
-            verdicts["answered"] += 1
+    """The run's line, its verdicts (every line of the results file, counted as the run wrote them: the file is
+    not read again), the first failures and where the results are."""
     print(summary.line())
     cluster = (read_manifest(out) or {}).get("ray")
     if cluster:
         again = cluster.get("retried_shards") or 0
         print(f"ray: {cluster['workers']} workers on {cluster['nodes']} node(s), {cluster.get('shards')} shards"
               + (f", {again} judged again after their worker died" if again else ""))
-    print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
+    print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.verdicts.items())))
     for item_id, reason in list(summary.failures.items())[:5]:
         print(f"  failed {item_id}: {reason}")
     print(f"results: {out / RESULTS}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import os
 import threading
 import weakref
@@ -195,9 +196,9 @@ class ModelSpec(BaseModel):
             # that used it, which breaks a second asyncio.run (e.g. a resumed run in the same process)
             http_async_client = httpx.AsyncClient(
                 timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
-                event_hooks={"request": [count]})
+                event_hooks={"request": [count]}, verify=_tls_context())
             # and a sync one with the same hook, so that a call from a sync invoke (a notebook, a review) counts too
-            http_client = httpx.Client(timeout=self.timeout, event_hooks={"request": [count]})
+            http_client = httpx.Client(timeout=self.timeout, event_hooks={"request": [count]}, verify=_tls_context())
             return ChatOpenAI(
                 model=self.model, base_url=base_url, api_key=key or "not-needed",  # type: ignore[arg-type]
                 temperature=self.temperature, max_tokens=self.max_tokens,  # type: ignore[call-arg]
@@ -234,6 +235,15 @@ class ModelSpec(BaseModel):
             f"{' or '.join(names)} is not set: export {names[0]}=... to use {self.label}"
             + (" (or pass --base-url for an OpenAI-compatible server)" if self.provider == "openai" else "")
         )
+
+
+@functools.cache
+def _tls_context() -> Any:
+    """One TLS context (httpx's default: certifi's CA bundle) for the HTTP clients of every model: each client made
+    its own, and reading the bundle takes ~15 ms, before the first request."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 def split_query(url: str | None) -> tuple[str | None, dict[str, str]]:

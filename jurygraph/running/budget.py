@@ -36,7 +36,7 @@ from typing import Any
 from jurygraph.judging.conversations import assistant_turns
 from jurygraph.llm.pricing import entry_cost, price_of
 from jurygraph.running.estimate import Estimate
-from jurygraph.running.ledger import UNATTRIBUTED, Ledger, Payment, PostgresLedger, Totals
+from jurygraph.running.ledger import UNATTRIBUTED, Breakdown, Ledger, Payment, PostgresLedger, Totals
 from jurygraph.running.rundir import SpendFigures, SpendFile, write_spend
 
 RESERVE_MARGIN = 1.25
@@ -108,11 +108,15 @@ class SpendMeter:
         self._seen = 0
         self._saved: SpendFigures | None = None
         self.file = SpendFile(out) if out is not None and self.reads else None
+        # the ledger's sums by invocation, agent and model, kept up to date as rows are counted, so that the run's
+        # end reads no row again (None: a batch answer was attributed to its call since, which moves a row's sums)
+        self.breakdown: Breakdown | None = None
         if self.reads:
             assert isinstance(ledger, Ledger)
             self._seen = ledger.last_seq()  # read at once: no process of this invocation pays before the meter is made
             self.total.add(ledger.totals())
             self.here.add(ledger.totals("invocation = ?", (ledger.invocation,)))
+            self.breakdown = ledger.breakdown()
         if self.file is not None:  # recomputed from the ledger at every start: an old or missing file is replaced
             write_spend(self.file.out, self.total.figures())
             self._saved = self.total.figures()
@@ -131,6 +135,7 @@ class SpendMeter:
         for agent, entry in usage.items():
             if entry.get("batch_requests") and entry.get("key"):
                 self.ledger.attribute(str(entry["key"]), item_id, agent, str(entry.get("role") or ""))
+                self.breakdown = None
                 spent = self.payment(entry, item=item_id, agent=agent)
                 self.in_flight.setdefault(item_id, Spend()).add(Totals.of(spent))
                 continue
@@ -170,6 +175,8 @@ class SpendMeter:
                                                                       "batch_output_tokens", "attempts")},
                            cost_usd=row["cost_usd"])
             self.total.add(spent)
+            if self.breakdown is not None:
+                self.breakdown.add_row(row, spent)
             if row["invocation"] == self.ledger.invocation:
                 self.here.add(spent)
                 item = row["item"]

@@ -114,6 +114,63 @@ class Totals:
         return out
 
 
+class Breakdown:
+    """Ledger sums by (invocation, agent, role, model, paid) and the first row of each, from which the manifest's
+    ``usage_by_agent``, ``usage_by_model`` and ``attempts_by_model`` are read (of one invocation, or every one), in
+    the order each was first paid. Filled by :meth:`Ledger.breakdown` (one scan), or row by row as a
+    :class:`~jurygraph.running.budget.SpendMeter` counts them (then the end of a run reads no row again)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[Any, ...], tuple[int, Totals]] = {}
+
+    def add(self, key: tuple[Any, ...], seq: int, totals: Totals) -> None:
+        """``key``: (invocation, agent, role, model, paid: whether requests > 0)."""
+        key = (*key[:4], bool(key[4]))
+        first, summed = self.groups.get(key) or (seq, Totals())
+        summed.add(totals)
+        self.groups[key] = (min(first, seq), summed)
+
+    def add_row(self, row: Mapping[str, Any], totals: Totals) -> None:
+        """One ledger row (as :meth:`Ledger.rows_after` gives it) and its counts."""
+        self.add((row["invocation"], row["agent"], row["role"], row["model"], (row["requests"] or 0) > 0),
+                 row["seq"], totals)
+
+    def _by(self, fields: tuple[int, ...], invocation: int | None, paid_only: bool) -> list[tuple[tuple[Any, ...],
+                                                                                                   Totals]]:
+        merged: dict[tuple[Any, ...], tuple[int, Totals]] = {}
+        for key, (first, totals) in self.groups.items():
+            if (paid_only and not key[4]) or (invocation is not None and key[0] != invocation):
+                continue
+            by = tuple(key[i] for i in fields)
+            seen, summed = merged.get(by) or (first, Totals())
+            summed.add(totals)
+            merged[by] = (min(seen, first), summed)
+        return [(by, totals) for by, (_, totals) in sorted(merged.items(), key=lambda kv: kv[1][0])]
+
+    def totals(self) -> Totals:
+        """Every row's sums (:meth:`Ledger.totals` without a condition)."""
+        summed = Totals()
+        for _, totals in sorted(self.groups.values(), key=lambda group: group[0]):
+            summed.add(totals)
+        return summed
+
+    def usage_by_agent(self, invocation: int | None = None) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for (agent, role, model), totals in self._by((1, 2, 3), invocation, paid_only=True):
+            entry = out.setdefault(str(agent), {"role": role, "model": model})
+            entry.update(role=role or entry["role"], model=model)
+            for key, value in totals.usage().items():
+                entry[key] = entry.get(key, 0) + value
+        return out
+
+    def usage_by_model(self, invocation: int | None = None) -> dict[str, dict[str, Any]]:
+        return {str(model): totals.usage() for (model,), totals in self._by((3,), invocation, paid_only=True)}
+
+    def attempts_by_model(self, invocation: int | None = None) -> dict[str, int]:
+        return {str(model): totals.attempts for (model,), totals in self._by((3,), invocation, paid_only=False)
+                if totals.attempts}
+
+
 def origin() -> str:
     """Who pays: this machine and process."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -207,27 +264,29 @@ class Ledger:
         """Paid calls per agent (of one invocation, or every one): its role, model (the latest, should a resume have
         moved it) and counts, as the manifest's ``usage_by_agent``. A row without an agent (a run's spend from before
         the ledger) is under its own name."""
-        out: dict[str, dict[str, Any]] = {}
-        for (agent, role, model), totals in self._paid("agent, role, model", invocation):
-            entry = out.setdefault(str(agent), {"role": role, "model": model})
-            entry.update(role=role or entry["role"], model=model)
-            for key, value in totals.usage().items():
-                entry[key] = entry.get(key, 0) + value
-        return out
+        return self.breakdown().usage_by_agent(invocation)
 
     def usage_by_model(self, invocation: int | None = None) -> dict[str, dict[str, Any]]:
         """Paid calls per model label, as the manifest's ``usage_by_model``."""
-        return {str(model): totals.usage() for (model,), totals in self._paid("model", invocation)}
+        return self.breakdown().usage_by_model(invocation)
 
     def attempts_by_model(self, invocation: int | None = None) -> dict[str, int]:
         """HTTP attempts per model label (retries and failed calls included)."""
-        where, params = ("invocation = ?", (invocation,)) if invocation is not None else ("", ())
-        return {str(model): totals.attempts for (model,), totals in self.grouped("model", where, params)
-                if totals.attempts}
+        return self.breakdown().attempts_by_model(invocation)
 
-    def _paid(self, by: str, invocation: int | None) -> Iterator[tuple[tuple[Any, ...], Totals]]:
-        where = "requests > 0" + (" AND invocation = ?" if invocation is not None else "")
-        return self.grouped(by, where, (invocation,) if invocation is not None else ())
+    def breakdown(self) -> Breakdown:
+        """The sums by invocation, agent, role and model (one scan of the ledger), which the ``usage_by_*`` views
+        are read from."""
+        found = Breakdown()
+        sums = ", ".join(f"COALESCE(SUM({name}), 0)" for name in _SUMS)
+        with self._lock:
+            rows = self._db.execute(f"SELECT invocation, agent, role, model, requests > 0, MIN(seq), {sums}, "
+                                    f"SUM(cost_usd) FROM {TABLE} GROUP BY invocation, agent, role, model, "
+                                    "requests > 0").fetchall()
+        for row in rows:
+            values = dict(zip(_SUMS, row[6:6 + len(_SUMS)], strict=True))
+            found.add(tuple(row[:5]), row[5], Totals(**{k: int(v) for k, v in values.items()}, cost_usd=row[-1]))
+        return found
 
     def empty(self) -> bool:
         return self.last_seq() == 0

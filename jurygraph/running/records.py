@@ -12,8 +12,9 @@ from typing import Any
 
 from jurygraph.judging.doubt import decided_by, doubt_signals
 from jurygraph.judging.items import EvalItem
+from jurygraph.running.rundir import AWAITING_REVIEW
 
-__all__ = ["item_record"]
+__all__ = ["item_record", "verdict_kind"]
 
 
 def item_record(item: EvalItem, values: Mapping[str, Any], status: str, error: str | None = None) -> dict[str, Any]:
@@ -37,3 +38,22 @@ def item_record(item: EvalItem, values: Mapping[str, Any], status: str, error: s
     if error:
         record["error"] = error
     return {k: v for k, v in record.items() if v is not None}
+
+
+def verdict_kind(record: Mapping[str, Any]) -> str | None:
+    """What a results line's verdict is, as ``jurygraph eval``'s summary counts them: ``awaiting review``,
+    ``failed``, ``missing``, ``Assistant 1``/``Assistant 2``/``tie``, ``scored``, ``answered`` (None: none of these)."""
+    verdict = record.get("verdict") or {}
+    if record.get("status") == AWAITING_REVIEW:
+        return "awaiting review"
+    if record.get("status") != "ok":
+        return "failed"
+    if verdict.get("missing"):
+        return "missing"
+    if verdict.get("label") is not None:
+        return f"Assistant {verdict['label']}" if verdict["label"] != "tie" else "tie"
+    if verdict.get("score") is not None:
+        return "scored"
+    if verdict.get("answer") is not None:
+        return "answered"
+    return None

@@ -60,7 +60,7 @@ from jurygraph.running.budget import Budget, SpendMeter
 from jurygraph.running.checkpoints import KeepCheckpoints, durability, keep_final_only, open_checkpointer
 from jurygraph.running.interrupts import paused_for_review, waits_for_batch
 from jurygraph.running.ledger import Ledger, PostgresLedger, reconcile
-from jurygraph.running.records import item_record
+from jurygraph.running.records import item_record, verdict_kind
 from jurygraph.running.rundir import (
     AWAITING_REVIEW,
     CACHE,
@@ -115,6 +115,9 @@ class RunSummary:
     awaiting_review: int = 0  # items paused by a review node (interrupt()): neither done nor failed
     failures: dict[str, str] = field(default_factory=dict)
     awaiting: list[str] = field(default_factory=list)  # their ids
+    # the results file's lines by verdict (:func:`~jurygraph.running.records.verdict_kind`), the lines an earlier
+    # invocation finished included: counted as they are written, so the summary needs no second read of the file
+    verdicts: Counter[str] = field(default_factory=Counter)
 
     def line(self) -> str:
         cost = f", ~${self.cost_usd:.4f}" if self.cost_usd is not None else ""
@@ -278,6 +281,7 @@ class Run:
                 self.kept.missing_verdicts += _missing_verdict(record)
                 self.kept.missing_judgments += int(record.get("n_missing", 0))
                 _note_generation(self.generation, record)
+                _count_verdict(self.summary.verdicts, record)
                 yield record
 
     @contextlib.asynccontextmanager
@@ -463,6 +467,7 @@ class Run:
             summary.failed += 1
             summary.failures[record["id"]] = record.get("error", "")
         summary.missing_judgments += int(record.get("n_missing", 0))
+        _count_verdict(summary.verdicts, record)
         if record["status"] == "ok":
             self.done_ids.append(record["id"])
         self.meter.finished(record["id"])
@@ -565,11 +570,14 @@ class Run:
             requests=summary.requests, attempts=summary.attempts, input_tokens=summary.input_tokens,
             output_tokens=summary.output_tokens, cache_hits=summary.cache_hits, cost_usd=summary.cost_usd,
             seconds=summary.seconds, interrupted=summary.interrupted, awaiting_review=summary.awaiting_review)
-        invocation.usage_by_agent = ledger.usage_by_agent(k)
-        invocation.usage_by_model = ledger.usage_by_model(k)
-        invocation.attempts_by_model = ledger.attempts_by_model(k)
+        # the meter's sums, counted as rows were recorded: the ledger is read again only when they moved since (a
+        # batch answer attributed to its call); its rows grow with the run, the end of the run does not
+        sums = self.meter.breakdown or ledger.breakdown()
+        invocation.usage_by_agent = sums.usage_by_agent(k)
+        invocation.usage_by_model = sums.usage_by_model(k)
+        invocation.attempts_by_model = sums.attempts_by_model(k)
         invocation.spend = self.meter.spent_here().figures()
-        everything = ledger.totals()
+        everything = sums.totals()
         ended = [i.counts for i in manifest.invocations if i.counts is not None]
         items = self.total if self.total is not None else max([summary.items, manifest.counts.items or 0])
         manifest.counts = Counts(
@@ -581,9 +589,9 @@ class Run:
             cache_hits=sum(c.cache_hits for c in ended), seconds=sum(c.seconds for c in ended),
             interrupted=summary.interrupted, awaiting_review=summary.awaiting_review,
             reviewed=manifest.counts.reviewed)
-        manifest.usage_by_agent = ledger.usage_by_agent()
-        manifest.usage_by_model = ledger.usage_by_model()
-        manifest.attempts_by_model = ledger.attempts_by_model()
+        manifest.usage_by_agent = sums.usage_by_agent()
+        manifest.usage_by_model = sums.usage_by_model()
+        manifest.attempts_by_model = sums.attempts_by_model()
         manifest.generation = self.generation
         # the items a person has to decide (`jurygraph review RUN_DIR`); they keep their checkpoints
         manifest.awaiting_review = sorted(summary.awaiting)
@@ -636,6 +644,12 @@ async def _streamed(app: Any, graph_input: Any, config: RunnableConfig, context:
 def _missing_verdict(record: Mapping[str, Any]) -> int:
     verdict = record.get("verdict") or {}
     return 1 if not verdict or verdict.get("missing") else 0
+
+
+def _count_verdict(verdicts: Counter[str], record: Mapping[str, Any]) -> None:
+    kind = verdict_kind(record)
+    if kind is not None:
+        verdicts[kind] += 1
 
 
 def _note_generation(generation: dict[str, dict[str, Any]], record: dict[str, Any]) -> None:
