@@ -66,10 +66,11 @@ def test_a_kill_mid_run_then_resume_judges_every_thread_once(openai_server, stor
         child.wait(timeout=30)
     killed = len(server.requests)
     done = [r["id"] for r in read_results(out)]
-    assert 3 <= killed < len(IDS) and done == IDS[:len(done)] and len(done) < len(IDS), (killed, done)
+    # results are written as items finish (several are in flight at once), so their order is not the threads'
+    assert 3 <= killed < len(IDS) and set(done) < set(IDS) and len(done) == len(set(done)), (killed, done)
     assert main(["eval", "--resume", str(out), "--quiet"]) == 0
     records = read_results(out)
-    assert [r["id"] for r in records] == IDS and all(r["status"] == "ok" for r in records)
+    assert sorted(r["id"] for r in records) == IDS and all(r["status"] == "ok" for r in records)
     # each thread judged once: at most the call in flight at the kill is sent again (the cache has the others)
     assert len(server.requests) <= len(IDS) + 1
     assert {r["id"]: r["verdict"]["score"] for r in records} == {i: (3.0 if i == "task-1" else 4.0) for i in IDS}
@@ -110,7 +111,7 @@ def test_a_postgres_store(openai_server, postgres_url: str, tmp_path: Path) -> N
     server = openai_server(respond)
     out = tmp_path / "pg"
     assert main(args_for(server, postgres_url, out)) == 0
-    assert [r["id"] for r in read_results(out)] == IDS
+    assert sorted(r["id"] for r in read_results(out)) == IDS  # in the order they finished
     assert json.loads((out / "manifest.json").read_text())["dataset"]["source"] == postgres_url  # no password
 
 
