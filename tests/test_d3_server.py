@@ -11,10 +11,7 @@ import io
 import itertools
 import json
 import re
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ from jurygraph.cli import main
 from jurygraph.running.datasets import load_faireval
 from jurygraph.running.rundir import read_manifest, read_results
 from jurygraph.testing.fake_server import prompt_of
+from tests.test_plugin_protocol import killed_mid_run
 
 SAID = itertools.count(1)  # every reply differs, so that no two calls are the same (the LLM cache)
 JURY = ["Jury1", "Jury2", "Jury3", "Jury4", "Jury5"]
@@ -63,7 +61,6 @@ def model(server: Any) -> list[str]:
 
 
 FAIREVAL = ["--dataset", "faireval"]
-WRITER = "import sys\nfrom jurygraph.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def dry_run(*options: str) -> dict[str, Any]:
@@ -101,21 +98,6 @@ def test_the_dry_run_bounds(options: list[str], fewest: int, most: int, with_rea
     # every reply at its 4096-token cap (MetaGPT's default, which the released runs sent)
     tokens = found["output_tokens"]
     assert (tokens["max"] if isinstance(tokens, dict) else tokens) == 2 * most * 4096
-
-
-def killed_mid_run(server: Any, release: threading.Event, args: list[str], at_request: int) -> None:
-    """Start ``eval`` as another process and kill it (-9) while request number ``at_request`` is in flight."""
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, *args], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(server.requests) < at_request and time.monotonic() < deadline and writer.poll() is None:
-            time.sleep(0.02)
-        assert len(server.requests) == at_request, (len(server.requests), writer.poll(), writer.stderr)
-    finally:
-        writer.kill()
-        writer.wait(timeout=30)
-        release.set()
 
 
 def test_samre_on_faireval_is_killed_resumed_shown_measured_and_reported(openai_server, tmp_path: Path) -> None:
