@@ -182,17 +182,19 @@ def _from_langchain(message: Any) -> dict[str, Any]:
     return data
 
 
-def parse_messages(value: Iterable[Any], *, item: str, field: str = "messages") -> list[Message]:
+def parse_messages(value: Iterable[Any], *, item: str | None, field: str = "messages") -> list[Message]:
     """Read a list of messages (dicts, :class:`Message`\\ s or LangChain messages), raising a ValueError that
-    names the item, the field and the index of the first message that is not one."""
+    names the item (when there is one: the trajectory match reads two lists of no item), the field and the index of
+    the first message that is not one."""
+    where = f"item {item!r}: {field}" if item is not None else field
     if isinstance(value, str | bytes | dict):
-        raise ValueError(f"item {item!r}: {field} must be a list of messages, not {type(value).__name__}")
+        raise ValueError(f"{where} must be a list of messages, not {type(value).__name__}")
     messages = []
     for index, raw in enumerate(value):
         try:
             messages.append(raw if isinstance(raw, Message) else Message.model_validate(raw))
         except ValueError as error:
-            raise ValueError(f"item {item!r}: {field}[{index}]: {_reason(error)}") from None
+            raise ValueError(f"{where}[{index}]: {_reason(error)}") from None
     return messages
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from jurygraph.judging.conversations import Message, ToolCall
+from jurygraph.judging.conversations import Message, ToolCall, parse_messages
 
 MatchMode = Literal["strict", "unordered", "subset", "superset"]
 ArgsMode = Literal["exact", "ignore", "subset", "superset"]
@@ -42,17 +42,6 @@ ArgsMatcher = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 Override = str | Sequence[str] | ArgsMatcher
 
 __all__ = ["ARGS_MODES", "MATCH_MODES", "TrajectoryMatch", "match_trajectory"]
-
-
-def _conversation(messages: Sequence[Any], side: str) -> list[Message]:
-    """The messages of one side, read (a ValueError naming the side and the message's index otherwise)."""
-    found = []
-    for index, message in enumerate(messages):
-        try:
-            found.append(message if isinstance(message, Message) else Message.model_validate(message))
-        except ValueError as err:
-            raise ValueError(f"{side}[{index}]: {err}") from None
-    return found
 
 
 def _all_calls(messages: Sequence[Message]) -> list[ToolCall]:
@@ -140,7 +129,8 @@ class TrajectoryMatch:
     def __call__(self, messages: Sequence[Any], reference: Sequence[Any]) -> bool:
         """Whether the agent's ``messages`` match the ``reference`` trajectory in this mode (messages as dicts,
         :class:`~jurygraph.judging.conversations.Message` or LangChain messages; a ValueError for one that is not)."""
-        messages, reference = _conversation(messages, "messages"), _conversation(reference, "reference")
+        messages = parse_messages(messages, item=None)
+        reference = parse_messages(reference, item=None, field="reference")
         if self.mode == "strict":
             return self._strict(messages, reference)
         agent, expected = _all_calls(messages), _all_calls(reference)
