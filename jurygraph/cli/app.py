@@ -111,12 +111,13 @@ def console_main() -> NoReturn:
     After a command of ``CLOSED_ON_RETURN`` it ends without the interpreter's teardown, once stdout and stderr are
     flushed: what the command wrote is closed and on disk by then (``main`` itself returns, for callers in Python)."""
     argv = sys.argv[1:]
-    if _command(argv) in CLOSED_ON_RETURN:
+    closes = _command(argv) in CLOSED_ON_RETURN
+    if closes:
         from jurygraph.cli.startup import pause_collection
 
         pause_collection()  # while the modules load; the command collects again before it judges
     code = main(argv)
-    if _command(argv) not in CLOSED_ON_RETURN or not _nothing_pending():
+    if not closes or not _nothing_pending():
         sys.exit(code)
     try:
         sys.stdout.flush()
