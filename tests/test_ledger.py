@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from jurygraph.cli import main
+from jurygraph.running.ledger import Ledger
 from jurygraph.running.rundir import read_batch_events, read_results
 from jurygraph.testing.fake_server import FakeOpenAIServer
 
@@ -129,7 +130,9 @@ def test_an_online_run_killed_mid_call_balances_after_its_resume(openai_server, 
                           "--prices", str(prices)))
     kill_when(child, lambda: len(server.billed) >= 70)
     # at the kill the ledger lags what the server answered by the calls in flight at most (one per item)
-    assert len(server.billed) - spend_of(out)["requests"] <= 4
+    ledger = Ledger(out / "ledger.sqlite")
+    assert len(server.billed) - ledger.totals().requests <= 4
+    ledger.close()
     assert main(["eval", "--resume", str(out)]) == 0
     assert len(read_results(out)) == 40
     assert_books_balance(out, server, in_flight=4)
@@ -462,3 +465,29 @@ def test_the_manifest_s_usage_is_the_ledger_s_sums_over_every_invocation(openai_
         assert part["attempts_by_model"] == {model: a for model, *_, a in _grouped(db, "model", where, params) if a}
     assert manifest["counts"]["requests"] == db.execute("SELECT SUM(requests) FROM payments").fetchone()[0]
     db.close()
+
+
+def test_spend_json_follows_a_burst_of_calls_within_its_interval_in_few_writes(tmp_path: Path, monkeypatch) -> None:
+    """A run paying hundreds of calls a second rewrites spend.json at most every SPEND_INTERVAL, with the latest
+    figures: a reader sees them within the interval (no flush), and flush writes what is pending at once."""
+    from jurygraph.running import rundir
+    from jurygraph.running.rundir import SpendFigures
+
+    writes: list[int] = []
+    real = rundir.write_spend
+
+    def counted(out: Path, spend: SpendFigures) -> None:
+        writes.append(spend.requests)
+        real(out, spend)
+
+    monkeypatch.setattr(rundir, "write_spend", counted)
+    spend = rundir.SpendFile(tmp_path)
+    for n in range(1, 201):  # 200 paid calls in well under one interval
+        spend.update(SpendFigures(requests=n))
+    time.sleep(3 * rundir.SPEND_INTERVAL)
+    assert json.loads((tmp_path / "spend.json").read_text())["requests"] == 200  # followed without a flush
+    assert 1 <= len(writes) <= 3 and writes[-1] == 200  # the first figures, then the latest: not one per call
+    spend.update(SpendFigures(requests=201))
+    spend.flush()  # due or not, written before flush returns
+    assert json.loads((tmp_path / "spend.json").read_text())["requests"] == 201
+    spend.close()

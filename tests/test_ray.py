@@ -27,6 +27,7 @@ from jurygraph.cli import main  # noqa: E402
 from jurygraph.cli.show import item_state  # noqa: E402
 from jurygraph.llm.limits import ProviderGates, parse_limits  # noqa: E402
 from jurygraph.running.distributed import Cluster, RayOptions, connected, shared_state  # noqa: E402
+from jurygraph.running.rundir import SPEND_INTERVAL  # noqa: E402
 from jurygraph.testing import pairwise_reply  # noqa: E402
 from jurygraph.testing.fake_server import FakeOpenAIServer, prompt_of  # noqa: E402
 
@@ -472,6 +473,7 @@ def test_a_ray_run_keeps_its_spend_on_record_and_a_killed_driver_resumes_within_
             assert time.monotonic() < deadline, "the Ray run wrote no results"
             time.sleep(0.05)
         written = lines_of(out)  # first the results, then the spend: the spend only grows
+        time.sleep(2 * SPEND_INTERVAL)  # spend.json follows the ledger within SPEND_INTERVAL
         spend = json.loads((out / "spend.json").read_text(encoding="utf-8"))
         assert spend["requests"] >= _usage_requests(written) > 0
     finally:

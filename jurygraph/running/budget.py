@@ -4,8 +4,9 @@
 records it in the run's ledger (:mod:`jurygraph.running.ledger`) before the call's answer is used; its figures are
 the ledger's sums, every invocation's and every process's (a Ray run's workers write the same ledger), and each
 item in flight's. ``RUN_DIR/spend.json`` is their summary, handed to a writer thread by the process that writes the
-run directory after each call it pays and whenever it reads what other processes paid, and written before the run
-ends; every start recomputes it from the ledger. Cache hits cost nothing and are not counted.
+run directory after each call it pays and whenever it reads what other processes paid (the thread writes at most
+every ``SPEND_INTERVAL``, 0.1 s), and written before the run ends; every start recomputes it from the ledger.
+Cache hits cost nothing and are not counted.
 
 :class:`Budget` decides whether an item may start: only if what was spent, plus what the items in flight may still
 spend, plus what this item may spend stays within every limit. What an item may spend (its *reserve*) is its own:
