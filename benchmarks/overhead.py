@@ -6,8 +6,10 @@ RSS) against the fast benchmark server (``benchmarks/fast_server.py``).
 
 ``framework``: ``jurygraph eval`` (ChatEval one-by-one 2 x 2, durable by default: checkpoints, LLM cache, a results
 line per item) against the bare loop of ``benchmarks/bare.py`` (the same calls through the same client, nothing
-else), interleaved, with the server's capacity beside them (``benchmarks/loadgen.py``): a ratio means something only
-when the server answers several times faster than the fastest client.
+else) and against the LangGraph floor (the same calls from the smallest LangGraph graph that makes them, no
+checkpointer: what any framework built on LangGraph graphs pays at least), interleaved, with the server's capacity
+beside them (``benchmarks/loadgen.py``): a ratio means something only when the server answers several times faster
+than the fastest client.
 ``peers``: jurygraph, openevals and a bare floor, one judge call per FairEval item, at two latencies.
 ``startup``: the first request's delay, the exit's, and the imports before the first request.
 """
@@ -59,8 +61,9 @@ def _eval_command(url: str, dataset: Path, out: Path, concurrency: int) -> list[
             "--out", str(out), "--quiet"]
 
 
-def _bare_command(url: str, dataset: Path, concurrency: int) -> list[str]:
-    return [sys.executable, str(BARE), "--url", url, "--dataset", str(dataset), "--concurrency", str(concurrency)]
+def _bare_command(url: str, dataset: Path, concurrency: int, *, graph: bool = False) -> list[str]:
+    return [sys.executable, str(BARE), "--url", url, "--dataset", str(dataset), "--concurrency", str(concurrency),
+            *(["--graph"] if graph else [])]
 
 
 def server_capacity(server: Any, settings: Settings) -> dict[str, Any]:
@@ -89,7 +92,7 @@ def server_capacity(server: Any, settings: Settings) -> dict[str, Any]:
 # how the server treats connections: keep-alive as real providers do; close (HTTP/1.0's way, the server issue 32
 # measured with) costs a TCP connect per request but leaves the client's connection pool empty (see the README)
 CONNECTION_MODES = ("keep-alive", "close")
-PATHS = ("jurygraph eval", "bare loop")
+PATHS = ("jurygraph eval", "bare loop", "langgraph floor")
 
 
 def framework(settings: Settings) -> Result:
@@ -113,6 +116,7 @@ def framework(settings: Settings) -> Result:
             measured(server, _eval_command(server.base_url, warm, settings.work / f"framework-warm-{mode}",
                                            settings.concurrency))
             measured(server, _bare_command(server.base_url, warm, settings.concurrency))
+            measured(server, _bare_command(server.base_url, warm, settings.concurrency, graph=True))
         for rep in range(settings.repeats):
             for mode, server in servers.items():
                 for path in _rotated(PATHS, rep):
@@ -120,7 +124,8 @@ def framework(settings: Settings) -> Result:
                     out = settings.work / f"framework-eval-{mode}-{rep}"
                     command = (_eval_command(server.base_url, dataset, out, settings.concurrency)
                                if path == "jurygraph eval" else
-                               _bare_command(server.base_url, dataset, settings.concurrency))
+                               _bare_command(server.base_url, dataset, settings.concurrency,
+                                             graph=path == "langgraph floor"))
                     before = server.stats()["cpu_seconds"]
                     run = measured(server, command)
                     run["server_cpu_ms_per_request"] = round(
@@ -137,7 +142,11 @@ def framework(settings: Settings) -> Result:
         for server in servers.values():
             server.__exit__(None, None, None)
     rate = {m: {p: median_of(r, "requests_per_second") or 0.0 for p, r in by.items()} for m, by in runs.items()}
-    ratio = {m: round(r["jurygraph eval"] / r["bare loop"], 3) if r["bare loop"] else 0.0 for m, r in rate.items()}
+
+    def over(path: str, reference: str) -> dict[str, float]:
+        return {m: round(r[path] / r[reference], 3) if r[reference] else 0.0 for m, r in rate.items()}
+
+    ratio = over("jurygraph eval", "bare loop")
     server_rate = min(capacity_before["requests_per_second"], capacity_after["requests_per_second"])
     fastest_bare = max((r["requests_per_second"] or 0.0) for by in runs.values() for r in by["bare loop"])
     headroom = server_rate / fastest_bare if fastest_bare else 0.0
@@ -145,8 +154,8 @@ def framework(settings: Settings) -> Result:
     result = Result("framework", len(items), settings.concurrency, 0.0, calls / main_rate if main_rate else 0.0,
                     int(statistics.median(r["requests"] for r in runs["keep-alive"]["jurygraph eval"])),
                     expected_requests=calls)
-    result.checks["same calls (digests) from jurygraph eval and the bare loop"] = \
-        digests["jurygraph eval"] == digests["bare loop"]
+    result.checks["same calls (digests) from jurygraph eval, the bare loop and the LangGraph floor"] = \
+        digests["jurygraph eval"] == digests["bare loop"] == digests["langgraph floor"]
     result.checks["every run sent 4 calls per item and exited 0"] = all(
         r["requests"] == calls and r["exit_code"] == 0 for by in runs.values() for v in by.values() for r in v)
 
@@ -155,6 +164,9 @@ def framework(settings: Settings) -> Result:
 
     result.figures.update(
         server=engine, requests_per_second=rate, jurygraph_over_bare=ratio,
+        # the most a framework of LangGraph graphs can reach, and how much of it jurygraph keeps
+        langgraph_floor_over_bare=over("langgraph floor", "bare loop"),
+        jurygraph_over_langgraph_floor=over("jurygraph eval", "langgraph floor"),
         per_run_ratio={m: [round((g["requests_per_second"] or 0) / (b["requests_per_second"] or 1), 3)
                            for g, b in zip(by["jurygraph eval"], by["bare loop"], strict=True)]
                        for m, by in runs.items()},
