@@ -469,7 +469,7 @@ def test_the_manifest_s_usage_is_the_ledger_s_sums_over_every_invocation(openai_
 
 def test_spend_json_follows_a_burst_of_calls_within_its_interval_in_few_writes(tmp_path: Path, monkeypatch) -> None:
     """A run paying hundreds of calls a second rewrites spend.json at most every SPEND_INTERVAL, with the latest
-    figures: a reader sees them within the interval (no flush), and flush writes what is pending at once."""
+    figures: a reader sees them without a flush, and flush writes what is pending at once."""
     from jurygraph.running import rundir
     from jurygraph.running.rundir import SpendFigures
 
@@ -482,12 +482,19 @@ def test_spend_json_follows_a_burst_of_calls_within_its_interval_in_few_writes(t
 
     monkeypatch.setattr(rundir, "write_spend", counted)
     spend = rundir.SpendFile(tmp_path)
-    for n in range(1, 201):  # 200 paid calls in well under one interval
+    started = time.monotonic()
+    for n in range(1, 41):  # 40 paid calls, ten an interval: each would be written without the interval
         spend.update(SpendFigures(requests=n))
-    time.sleep(3 * rundir.SPEND_INTERVAL)
-    assert json.loads((tmp_path / "spend.json").read_text())["requests"] == 200  # followed without a flush
-    assert 1 <= len(writes) <= 3 and writes[-1] == 200  # the first figures, then the latest: not one per call
-    spend.update(SpendFigures(requests=201))
+        time.sleep(rundir.SPEND_INTERVAL / 10)
+    burst = time.monotonic() - started
+    deadline = time.monotonic() + 10
+    path = tmp_path / "spend.json"
+    while not path.exists() or json.loads(path.read_text())["requests"] != 40:  # followed without a flush
+        assert time.monotonic() < deadline, writes
+        time.sleep(rundir.SPEND_INTERVAL / 4)
+    # one write per interval at most (the first at once), not one per call
+    assert len(writes) <= 2 + burst / rundir.SPEND_INTERVAL < 40
+    spend.update(SpendFigures(requests=41))
     spend.flush()  # due or not, written before flush returns
-    assert json.loads((tmp_path / "spend.json").read_text())["requests"] == 201
+    assert json.loads(path.read_text())["requests"] == 41
     spend.close()
