@@ -192,11 +192,14 @@ class ModelSpec(BaseModel):
             import httpx
             from langchain_openai import ChatOpenAI
 
+            from jurygraph.llm.transport import OPENAI_API, ShardedPools
+
             # our own async HTTP client: langchain-openai's shared default is bound to the first event loop
-            # that used it, which breaks a second asyncio.run (e.g. a resumed run in the same process)
+            # that used it, which breaks a second asyncio.run (e.g. a resumed run in the same process); its
+            # connections in small pools side by side (up to 16 x 32), which stay cheap with many kept alive
             http_async_client = httpx.AsyncClient(
-                timeout=self.timeout, limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
-                event_hooks={"request": [count]}, verify=_tls_context())
+                timeout=self.timeout, event_hooks={"request": [count]},
+                transport=ShardedPools(base_url or OPENAI_API, verify=_tls_context()))
             # and a sync one with the same hook, so that a call from a sync invoke (a notebook, a review) counts too
             http_client = httpx.Client(timeout=self.timeout, event_hooks={"request": [count]}, verify=_tls_context())
             return ChatOpenAI(

@@ -88,9 +88,17 @@ class LocalServer:
     name = "fake"
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        # the listen backlog is set before listen(): set after the constructor (which listens), the default of 5
+        # stayed, and a client opening tens of connections at once had some of them reset
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler, bind_and_activate=False)
         self._server.daemon_threads = True
         self._server.request_queue_size = 1024
+        try:
+            self._server.server_bind()
+            self._server.server_activate()
+        except BaseException:
+            self._server.server_close()
+            raise
         self._thread: threading.Thread | None = None
 
     @property
@@ -136,6 +144,7 @@ class FakeServer(LocalServer):
         self.billed: list[dict[str, int]] = []
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests the server was handling at once
+        self.connections = 0  # TCP connections accepted: a client that keeps its connections alive opens few
         self._lock = threading.Lock()
         self._random = random.Random(self.faults.seed)
         super().__init__(self._handler(), port)
@@ -210,6 +219,11 @@ class FakeServer(LocalServer):
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
+
+            def setup(self) -> None:
+                with server._lock:
+                    server.connections += 1
+                super().setup()
 
             def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, *,
                       content_type: str = "application/json") -> None:
