@@ -7,17 +7,23 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 from langchain_core.messages import HumanMessage
 
 from jurygraph.llm.models import ModelSpec, build_model
 from jurygraph.llm.transport import ShardedPools
 
 
-def test_a_run_with_more_requests_in_flight_than_httpx_keeps_alive_reuses_its_connections(openai_server: Any) -> None:
+@pytest.mark.parametrize("provider", ["openai", "google_genai"])
+def test_a_run_with_more_requests_in_flight_than_httpx_keeps_alive_reuses_its_connections(
+        provider: str, openai_server: Any, gemini_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """160 requests in flight at a time, 480 in all: httpx's single pool (128 kept alive) closed every connection
     that went idle above 128 and opened one a request (~480); the sharded pools keep one a request in flight."""
-    server = openai_server(latency=0.5)  # long enough for the client to have 160 sent before the first answer
-    spec = ModelSpec.parse(f"openai:judge@{server.base_url}")
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key")
+    serve = openai_server if provider == "openai" else gemini_server
+    server = serve(latency=0.5)  # long enough for the client to have 160 sent before the first answer
+    model_name = "judge" if provider == "openai" else "gemini-2.5-flash"
+    spec = ModelSpec.parse(f"{provider}:{model_name}@{server.base_url}")
 
     async def run() -> None:
         model: Any = build_model(spec)

@@ -219,7 +219,8 @@ class ModelSpec(BaseModel):
             model=self.model, google_api_key=key or "not-needed", base_url=base_url,
             temperature=self.temperature, max_output_tokens=self.max_tokens, timeout=self.timeout,
             max_retries=self.max_retries + 1,
-            client_args={"event_hooks": {"request": [count]}, "transport": HttpxTransport(base_url),
+            client_args={"event_hooks": {"request": [count]},
+                         "transport": HttpxTransport(base_url, verify=_tls_context()),
                          **({"params": query} if query else {})},
         )
 

@@ -27,13 +27,13 @@ def env_proxy(url: str) -> str | None:
 class HttpxTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
     """Each path to its own httpx transport, with the environment's proxy for ``url`` (httpx reads the environment
     only for a client given no transport). Given one, google-genai keeps its async calls on httpx instead of aiohttp,
-    so jurygraph's request hook sees (and counts) every attempt."""
+    so jurygraph's request hook sees (and counts) every attempt. The async calls go through :class:`ShardedPools`, as
+    the OpenAI client's do."""
 
-    def __init__(self, url: str | None = None) -> None:
-        proxy = env_proxy(url or GEMINI_API)
-        self._sync = httpx.HTTPTransport(proxy=proxy)
-        self._async = httpx.AsyncHTTPTransport(proxy=proxy, limits=httpx.Limits(max_connections=512,
-                                                                                max_keepalive_connections=128))
+    def __init__(self, url: str | None = None, *, verify: Any = True) -> None:
+        target = url or GEMINI_API
+        self._sync = httpx.HTTPTransport(proxy=env_proxy(target), verify=verify)
+        self._async = ShardedPools(target, verify=verify)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         return self._sync.handle_request(request)
