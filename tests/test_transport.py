@@ -60,3 +60,20 @@ def test_sharded_pools_spread_requests_and_give_each_slot_back(openai_server: An
     assert asyncio.run(run()) == (0, 0, 0, 0)  # every response read and closed: every slot given back
     assert max(max(counts) for counts in seen) <= 8 and max(sum(counts) for counts in seen) > 8  # spread over pools
     assert server.connections <= 24
+
+
+def test_the_pools_take_the_proxy_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a transport, httpx reads no proxy from the environment: the pools read it as httpx would have."""
+    from jurygraph.llm.transport import env_proxy
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy("https://api.openai.com/v1") is None
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:3128")
+    assert env_proxy("https://api.openai.com/v1") == "http://127.0.0.1:3128"
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:8080")
+    assert env_proxy("https://api.openai.com/v1") == "http://127.0.0.1:8080"
+    monkeypatch.setenv("NO_PROXY", "api.openai.com")
+    assert env_proxy("https://api.openai.com/v1") is None
+    assert env_proxy("http://127.0.0.1:9/v1") == "http://127.0.0.1:3128"  # http: no http_proxy, so all_proxy

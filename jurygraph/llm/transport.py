@@ -16,12 +16,13 @@ OPENAI_API = "https://api.openai.com/v1"
 
 
 def env_proxy(url: str) -> str | None:
-    """The environment's proxy for ``url`` (``*_proxy``, ``no_proxy``): httpx reads the environment only for a client
-    given no transport."""
+    """The environment's proxy for ``url`` (``<scheme>_proxy``, then ``all_proxy``; none for a ``no_proxy`` host), as
+    httpx reads it for a client given no transport: given one, httpx reads nothing."""
     target = urlsplit(url)
     if urllib.request.proxy_bypass(target.hostname or ""):
         return None
-    return urllib.request.getproxies().get(target.scheme)
+    proxies = urllib.request.getproxies()
+    return proxies.get(target.scheme) or proxies.get("all")
 
 
 class HttpxTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
