@@ -82,23 +82,20 @@ _REFUSALS = {
 }
 
 
+class _ThreadingServer(ThreadingHTTPServer):
+    # read by listen() in the constructor: an instance attribute set after it changed nothing, the default backlog of
+    # 5 stayed, and a client opening tens of connections at once had some of them reset
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class LocalServer:
     """An HTTP server on 127.0.0.1 in a daemon thread: ``with`` it, or ``start()``/``stop()``."""
 
     name = "fake"
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
-        # the listen backlog is set before listen(): set after the constructor (which listens), the default of 5
-        # stayed, and a client opening tens of connections at once had some of them reset
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler, bind_and_activate=False)
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 1024
-        try:
-            self._server.server_bind()
-            self._server.server_activate()
-        except BaseException:
-            self._server.server_close()
-            raise
+        self._server = _ThreadingServer(("127.0.0.1", port), handler)
         self._thread: threading.Thread | None = None
 
     @property
